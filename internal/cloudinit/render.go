@@ -1,0 +1,152 @@
+package cloudinit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// ConfigPath is where tinyproxy reads its configuration on Debian, Ubuntu,
+// Fedora and Alpine alike.
+const ConfigPath = "/etc/tinyproxy/tinyproxy.conf"
+
+// Proxy is what the rendered user-data configures.
+type Proxy struct {
+	// Port is the TCP port tinyproxy listens on.
+	Port int32
+	// Username and Password enable basic proxy authentication; both empty
+	// means none.
+	Username string
+	Password string
+	// AllowedSourceRanges limits the clients; empty allows any source.
+	AllowedSourceRanges []netip.Prefix
+	// ExtraUserData is the user's own user-data, appended as a second part.
+	// It must start with "#cloud-config" or "#!".
+	ExtraUserData string
+}
+
+// credentialRE is what a username or password may hold: characters that need
+// no quoting in tinyproxy's configuration, in YAML or in a URL's userinfo.
+var credentialRE = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,128}$`)
+
+// boundary separates the MIME parts. It is fixed, so that the same Proxy
+// always renders the same bytes, and checked to be absent from the parts.
+const boundary = "==egress-proxies-operator-part=="
+
+// cloudConfig is the subset of cloud-init's #cloud-config schema we write.
+type cloudConfig struct {
+	PackageUpdate bool        `json:"package_update"`
+	Packages      []string    `json:"packages"`
+	WriteFiles    []writeFile `json:"write_files"`
+	RunCmd        [][]string  `json:"runcmd"`
+}
+
+type writeFile struct {
+	Path        string `json:"path"`
+	Owner       string `json:"owner"`
+	Permissions string `json:"permissions"`
+	// Defer writes the file in cloud-init's final stage, after packages are
+	// installed, so that the tinyproxy group exists for Owner.
+	Defer   bool   `json:"defer"`
+	Content string `json:"content"`
+}
+
+// Render returns the user-data for p. The same p always yields the same
+// bytes. Errors never quote the credentials.
+func Render(p Proxy) ([]byte, error) {
+	if p.Port < 1 || p.Port > 65535 {
+		return nil, fmt.Errorf("port %d is out of range 1-65535", p.Port)
+	}
+	if (p.Username == "") != (p.Password == "") {
+		return nil, errors.New("username and password must both be set or both be empty")
+	}
+	if p.Username != "" && (!credentialRE.MatchString(p.Username) || !credentialRE.MatchString(p.Password)) {
+		return nil, errors.New("username and password may hold only letters, digits and . _ ~ - (at most 128 each)")
+	}
+	if p.Username == "" && len(p.AllowedSourceRanges) == 0 {
+		return nil, errors.New("refusing to render an open proxy: without credentials, allowed source ranges are required")
+	}
+	cc := cloudConfig{
+		PackageUpdate: true,
+		Packages:      []string{"tinyproxy"},
+		WriteFiles: []writeFile{{
+			Path:        ConfigPath,
+			Owner:       "root:tinyproxy",
+			Permissions: "0640",
+			Defer:       true,
+			Content:     TinyproxyConf(p),
+		}},
+		RunCmd: [][]string{
+			{"systemctl", "enable", "tinyproxy"},
+			{"systemctl", "restart", "tinyproxy"},
+		},
+	}
+	body, err := yaml.Marshal(cc)
+	if err != nil {
+		return nil, fmt.Errorf("marshalling cloud-config: %w", err)
+	}
+	own := append([]byte("#cloud-config\n"), body...)
+	if p.ExtraUserData == "" {
+		return own, nil
+	}
+	return multipart(own, p.ExtraUserData)
+}
+
+// TinyproxyConf returns tinyproxy's configuration file for p.
+func TinyproxyConf(p Proxy) string {
+	var b strings.Builder
+	b.WriteString("# Written by egress-proxies-operator through cloud-init; changes are lost when the proxy is replaced.\n")
+	b.WriteString("User tinyproxy\nGroup tinyproxy\n")
+	fmt.Fprintf(&b, "Port %d\n", p.Port)
+	b.WriteString("Timeout 600\nMaxClients 256\nLogLevel Notice\nSyslog On\n")
+	// Crawled sites must not learn the proxy's clients through Via.
+	b.WriteString("DisableViaHeader Yes\n")
+	if p.Username != "" {
+		fmt.Fprintf(&b, "BasicAuth %s %s\n", p.Username, p.Password)
+	}
+	// tinyproxy allows every source when no Allow line is present.
+	for _, r := range p.AllowedSourceRanges {
+		fmt.Fprintf(&b, "Allow %s\n", r.Masked())
+	}
+	return b.String()
+}
+
+// multipart wraps our cloud-config and the user's part in a MIME multipart
+// message, which cloud-init processes part by part.
+func multipart(own []byte, extra string) ([]byte, error) {
+	var ctype string
+	switch {
+	case strings.HasPrefix(extra, "#cloud-config"):
+		ctype = "text/cloud-config"
+	case strings.HasPrefix(extra, "#!"):
+		ctype = "text/x-shellscript"
+	default:
+		return nil, errors.New(`extra user-data must start with "#cloud-config" or "#!"`)
+	}
+	if bytes.Contains(own, []byte(boundary)) || strings.Contains(extra, boundary) {
+		return nil, errors.New("extra user-data contains the MIME boundary the operator uses")
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Content-Type: multipart/mixed; boundary=\"%s\"\nMIME-Version: 1.0\n\n", boundary)
+	fmt.Fprintf(&b, "--%s\nContent-Type: text/cloud-config; charset=\"utf-8\"\n", boundary)
+	b.WriteString("Content-Disposition: attachment; filename=\"egress-proxy.cfg\"\n\n")
+	b.Write(own)
+	fmt.Fprintf(&b, "\n--%s\nContent-Type: %s; charset=\"utf-8\"\n", boundary, ctype)
+	if ctype == "text/cloud-config" {
+		// Without this, the user's keys would replace ours (packages,
+		// write_files, runcmd) instead of adding to them.
+		b.WriteString("Merge-Type: list(append)+dict(no_replace,recurse_list)+str()\n")
+	}
+	b.WriteString("Content-Disposition: attachment; filename=\"user-extra\"\n\n")
+	b.WriteString(extra)
+	if !strings.HasSuffix(extra, "\n") {
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "--%s--\n", boundary)
+	return b.Bytes(), nil
+}

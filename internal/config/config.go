@@ -1,0 +1,338 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+// Block is the type-specific part of an entry, decoded strictly from the key
+// named after the entry's type (for example `proxmox:`).
+type Block interface {
+	// Validate checks the block against the rest of its entry (for example,
+	// that every zone has a placement) and returns errors under path.
+	Validate(path *field.Path, entry *Entry) field.ErrorList
+}
+
+// Registry maps each provider type the binary supports to a constructor of
+// its block: a function returning a pointer to a zero block struct, into which
+// the block is decoded.
+type Registry map[string]func() Block
+
+// Types returns the registered type names, sorted.
+func (r Registry) Types() []string {
+	out := make([]string, 0, len(r))
+	for t := range r {
+		out = append(out, t)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Config is the decoded and validated providers configuration.
+type Config struct {
+	// Providers are the entries, in file order.
+	Providers []Entry
+}
+
+// Entry is one configured provider entry.
+type Entry struct {
+	// Name identifies the entry: Proxy.spec.provider refers to it and the
+	// entry's ProviderHealth object is named after it.
+	Name string `json:"name"`
+	// Type is the provider type, a key of the Registry.
+	Type string `json:"type"`
+	// Zones are the zones proxies can ask for.
+	Zones []string `json:"zones"`
+	// MachineTypes are the instance sizes proxies can ask for.
+	MachineTypes []MachineType `json:"machineTypes"`
+	// Images are the operating system images proxies can ask for; the block
+	// maps each to something the provider knows (a template, a file, ...).
+	Images []string `json:"images"`
+	// Block is the decoded type-specific block.
+	Block Block `json:"-"`
+}
+
+// MachineType is one instance size.
+type MachineType struct {
+	// Name is what Proxy.spec.machineType refers to.
+	Name string `json:"name"`
+	// CPUs is the number of virtual CPUs.
+	CPUs int `json:"cpus"`
+	// MemoryMiB is the memory in MiB.
+	MemoryMiB int `json:"memoryMiB"`
+	// DiskGiB is the root disk size in GiB; 0 keeps the image's size.
+	DiskGiB int `json:"diskGiB,omitempty"`
+}
+
+// Limits of the catalogues, chosen to catch typos (memory in GiB instead of
+// MiB) rather than to police sizes.
+const (
+	maxCPUs      = 256
+	minMemoryMiB = 64
+	maxMemoryMiB = 4 << 20
+	maxDiskGiB   = 64 << 10
+)
+
+// entryFields are the keys of an entry besides its type block.
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images"}
+
+// Load reads and decodes the file at path. See Parse.
+func Load(path string, reg Registry) (*Config, error) {
+	data, err := os.ReadFile(path) //nolint:gosec // G304: the path is the operator's own --providers-config flag.
+	if err != nil {
+		return nil, fmt.Errorf("reading providers config: %w", err)
+	}
+	cfg, err := Parse(data, reg)
+	if err != nil {
+		return nil, fmt.Errorf("providers config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Parse decodes and validates a providers configuration. Every problem found
+// is reported, one per line, each naming its field path (with the entry's
+// name as the key, as in `providers[lab].zones`).
+func Parse(data []byte, reg Registry) (*Config, error) {
+	// YAMLToJSONStrict rejects duplicate keys, which plain YAML decoding
+	// silently resolves to the last one.
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	var top struct {
+		Providers []json.RawMessage `json:"providers"`
+	}
+	if err := decodeStrict(js, &top); err != nil {
+		return nil, fmt.Errorf("top level: %w (the file holds one key, providers, a list of entries)", err)
+	}
+	root := field.NewPath("providers")
+	var errs field.ErrorList
+	if len(top.Providers) == 0 {
+		errs = append(errs, field.Required(root, "at least one provider entry is needed"))
+	}
+	cfg := &Config{}
+	seen := map[string]int{}
+	for i, raw := range top.Providers {
+		e, entryErrs := parseEntry(root.Index(i), raw, reg)
+		errs = append(errs, entryErrs...)
+		if e == nil {
+			continue
+		}
+		if j, dup := seen[e.Name]; dup && e.Name != "" {
+			errs = append(errs, field.Duplicate(root.Index(i).Child("name"),
+				fmt.Sprintf("%s (also the name of providers[%d])", e.Name, j)))
+		}
+		seen[e.Name] = i
+		cfg.Providers = append(cfg.Providers, *e)
+	}
+	if len(errs) > 0 {
+		return nil, aggregate(errs)
+	}
+	return cfg, nil
+}
+
+func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, field.ErrorList) {
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return nil, field.ErrorList{field.Invalid(idx, "", "must be a mapping with name, type, zones, machineTypes, images and a type block")}
+	}
+	var e Entry
+	var errs field.ErrorList
+	// Decode the common fields first, so that later messages can name the
+	// entry rather than its index.
+	common := map[string]json.RawMessage{}
+	for k, v := range keys {
+		if slices.Contains(entryFields, k) {
+			common[k] = v
+		}
+	}
+	cb, _ := json.Marshal(common) //nolint:errchkjson // re-marshalling raw JSON values cannot fail.
+	if err := decodeStrict(cb, &e); err != nil {
+		return nil, field.ErrorList{field.Invalid(idx, "", err.Error())}
+	}
+	path := idx
+	if e.Name != "" {
+		path = field.NewPath("providers").Key(e.Name)
+	}
+	errs = append(errs, validateName(path.Child("name"), e.Name)...)
+
+	newBlock, known := reg[e.Type]
+	switch {
+	case e.Type == "":
+		errs = append(errs, field.Required(path.Child("type"), "one of: "+strings.Join(reg.Types(), ", ")))
+	case !known:
+		errs = append(errs, field.NotSupported(path.Child("type"), e.Type, reg.Types()))
+	}
+
+	// Every other key is either this entry's block, another type's block, or
+	// a mistake.
+	others := make([]string, 0, len(keys))
+	for k := range keys {
+		if !slices.Contains(entryFields, k) && k != e.Type {
+			others = append(others, k)
+		}
+	}
+	sort.Strings(others)
+	for _, k := range others {
+		if _, isType := reg[k]; isType {
+			errs = append(errs, field.Forbidden(path.Child(k),
+				fmt.Sprintf("a %s block does not belong to an entry of type %q", k, e.Type)))
+			continue
+		}
+		errs = append(errs, field.NotSupported(path.Child(k), "(unknown field)", append(slices.Clone(entryFields), typeOrBlock(e.Type))))
+	}
+
+	errs = append(errs, validateCatalogues(path, &e)...)
+
+	if known {
+		blk := newBlock()
+		if rawBlock, ok := keys[e.Type]; ok {
+			if err := decodeStrict(rawBlock, blk); err != nil {
+				errs = append(errs, field.Invalid(path.Child(e.Type), "", err.Error()))
+				return &e, errs
+			}
+		}
+		e.Block = blk
+		errs = append(errs, blk.Validate(path.Child(e.Type), &e)...)
+	}
+	return &e, errs
+}
+
+func typeOrBlock(t string) string {
+	if t == "" {
+		return "<type block>"
+	}
+	return t
+}
+
+func validateName(path *field.Path, name string) field.ErrorList {
+	if name == "" {
+		return field.ErrorList{field.Required(path, "a DNS label such as lab or pve-office")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Label(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
+}
+
+func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, validateNames(path.Child("zones"), e.Zones, "zone")...)
+	errs = append(errs, validateNames(path.Child("images"), e.Images, "image")...)
+
+	mtPath := path.Child("machineTypes")
+	if len(e.MachineTypes) == 0 {
+		errs = append(errs, field.Required(mtPath, "at least one machine type, such as {name: small, cpus: 1, memoryMiB: 512}"))
+	}
+	seen := map[string]bool{}
+	for i, mt := range e.MachineTypes {
+		p := mtPath.Index(i)
+		if mt.Name != "" {
+			p = mtPath.Key(mt.Name)
+		}
+		errs = append(errs, validateName(p.Child("name"), mt.Name)...)
+		if seen[mt.Name] && mt.Name != "" {
+			errs = append(errs, field.Duplicate(p.Child("name"), mt.Name))
+		}
+		seen[mt.Name] = true
+		if mt.CPUs < 1 || mt.CPUs > maxCPUs {
+			errs = append(errs, field.Invalid(p.Child("cpus"), mt.CPUs, fmt.Sprintf("must be between 1 and %d", maxCPUs)))
+		}
+		if mt.MemoryMiB < minMemoryMiB || mt.MemoryMiB > maxMemoryMiB {
+			errs = append(errs, field.Invalid(p.Child("memoryMiB"), mt.MemoryMiB,
+				fmt.Sprintf("must be between %d and %d (the unit is MiB)", minMemoryMiB, maxMemoryMiB)))
+		}
+		if mt.DiskGiB < 0 || mt.DiskGiB > maxDiskGiB {
+			errs = append(errs, field.Invalid(p.Child("diskGiB"), mt.DiskGiB,
+				fmt.Sprintf("must be between 0 (keep the image's size) and %d (the unit is GiB)", maxDiskGiB)))
+		}
+	}
+	return errs
+}
+
+func validateNames(path *field.Path, names []string, what string) field.ErrorList {
+	if len(names) == 0 {
+		return field.ErrorList{field.Required(path, fmt.Sprintf("at least one %s", what))}
+	}
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, n := range names {
+		errs = append(errs, validateName(path.Index(i), n)...)
+		if seen[n] && n != "" {
+			errs = append(errs, field.Duplicate(path.Index(i), n))
+		}
+		seen[n] = true
+	}
+	return errs
+}
+
+// decodeStrict decodes JSON into v, rejecting unknown fields and trailing
+// data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return cleanJSONError(err)
+	}
+	if dec.More() {
+		return errors.New("unexpected data after the end of the value")
+	}
+	return nil
+}
+
+// cleanJSONError drops the "json: " prefix, which says nothing to a user who
+// wrote YAML.
+func cleanJSONError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("field %s: got %s, want %s", te.Field, te.Value, friendlyKind(te.Type.Kind().String()))
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func friendlyKind(k string) string {
+	switch k {
+	case "slice":
+		return "a list"
+	case "map", "struct":
+		return "a mapping"
+	case "int", "int32", "int64", "uint", "uint16", "uint32":
+		return "an integer"
+	default:
+		return k
+	}
+}
+
+// aggregate turns field errors into one error with one line per problem.
+func aggregate(errs field.ErrorList) error {
+	lines := make([]string, 0, len(errs))
+	for _, e := range errs {
+		lines = append(lines, e.Error())
+	}
+	return &InvalidError{Problems: lines}
+}
+
+// InvalidError is returned by Parse and Load for a configuration that does not
+// validate. Problems has one message per problem, each naming its field path.
+type InvalidError struct {
+	Problems []string
+}
+
+// Error lists the problems, one per line.
+func (e *InvalidError) Error() string {
+	if len(e.Problems) == 1 {
+		return "invalid: " + e.Problems[0]
+	}
+	return fmt.Sprintf("invalid (%d problems):\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
+}

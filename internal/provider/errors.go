@@ -1,0 +1,192 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Class says what the operator should do about a provider error.
+type Class string
+
+const (
+	// ClassTransient errors may pass by themselves (network, busy API, lock,
+	// node briefly unreachable): the operator retries with capped exponential
+	// backoff and shows the error in the Proxy's Ready condition meanwhile.
+	ClassTransient Class = "Transient"
+	// ClassPermanent errors need a human (missing permission, template or
+	// storage; invalid configuration the API rejects): the operator latches
+	// the Proxy in phase Failed with the error and the admin action, and stops
+	// retrying until the spec changes or the retry annotation is set.
+	ClassPermanent Class = "Permanent"
+	// ClassNotFound: the instance does not exist. From Get it makes the
+	// operator replace the instance; Delete never returns it (a missing
+	// instance is deleted already).
+	ClassNotFound Class = "NotFound"
+	// ClassInProgress is not a failure: the provider started a step that takes
+	// time and asks to be called again with the same arguments after
+	// RetryAfter. The operator requeues without holding a worker.
+	ClassInProgress Class = "InProgress"
+)
+
+// Op names a provider operation, for errors, logs, spans and metrics.
+type Op string
+
+// The operations of the Provider and Checker interfaces.
+const (
+	OpCreate    Op = "create"
+	OpGet       Op = "get"
+	OpDelete    Op = "delete"
+	OpListByTag Op = "list"
+	OpCheck     Op = "check"
+)
+
+// Error is a classified provider error. Providers build it with NewTransient,
+// NewPermanent, NewNotFound and NewInProgress; the operator's decorator fills
+// in Provider, Op and ID, so that every error that reaches a log or a status
+// names the entry, the operation and, when known, the instance.
+type Error struct {
+	// Class says what to do about the error.
+	Class Class
+	// Provider is the name of the configured entry.
+	Provider string
+	// Op is the operation that failed.
+	Op Op
+	// ID is the instance, when known.
+	ID ID
+	// Action tells an administrator what to do, for Permanent errors; it is
+	// shown in the Proxy's Ready condition.
+	Action string
+	// RetryAfter is how long to wait before calling again, for InProgress
+	// errors (and optionally Transient ones, when the API said so).
+	RetryAfter time.Duration
+	// Err is the underlying cause. Its text must hold no secret.
+	Err error
+}
+
+// Error returns a lower-case message of the form
+// `provider "lab": create "pve1/104": <cause>`.
+func (e *Error) Error() string {
+	msg := ""
+	if e.Provider != "" {
+		msg = fmt.Sprintf("provider %q: ", e.Provider)
+	}
+	if e.Op != "" {
+		msg += string(e.Op)
+		if e.ID != "" {
+			msg += fmt.Sprintf(" %q", string(e.ID))
+		}
+		msg += ": "
+	}
+	cause := "unknown error"
+	if e.Err != nil {
+		cause = e.Err.Error()
+	}
+	return msg + cause
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// NewTransient classifies err as Transient: retry with backoff.
+func NewTransient(err error) error {
+	return &Error{Class: ClassTransient, Err: err}
+}
+
+// NewPermanent classifies err as Permanent: a human must act. action says
+// what to do, in a sentence (for example "grant the token VM.Clone on
+// /vms/9000").
+func NewPermanent(err error, action string) error {
+	return &Error{Class: ClassPermanent, Err: err, Action: action}
+}
+
+// NewNotFound classifies err as NotFound: the instance does not exist.
+func NewNotFound(err error) error {
+	return &Error{Class: ClassNotFound, Err: err}
+}
+
+// NewInProgress says that a step is under way and the call must be repeated
+// after the given delay. step says what is under way, for the Proxy's status
+// (for example "waiting for clone task").
+func NewInProgress(step string, after time.Duration) error {
+	return &Error{Class: ClassInProgress, Err: errors.New(step), RetryAfter: after}
+}
+
+// ClassOf returns the class of err: the class of the first *Error in its
+// chain, Transient for any other non-nil error (an unclassified failure is
+// assumed to be passing), and "" for nil.
+func ClassOf(err error) Class {
+	if err == nil {
+		return ""
+	}
+	var pe *Error
+	if errors.As(err, &pe) && pe.Class != "" {
+		return pe.Class
+	}
+	return ClassTransient
+}
+
+// IsTransient reports whether err is a Transient error (or unclassified).
+func IsTransient(err error) bool { return ClassOf(err) == ClassTransient }
+
+// IsPermanent reports whether err is a Permanent error.
+func IsPermanent(err error) bool { return ClassOf(err) == ClassPermanent }
+
+// IsNotFound reports whether err is a NotFound error.
+func IsNotFound(err error) bool { return ClassOf(err) == ClassNotFound }
+
+// IsInProgress reports whether err is an InProgress notice.
+func IsInProgress(err error) bool { return ClassOf(err) == ClassInProgress }
+
+// ActionOf returns the administrator action of a Permanent error, or "".
+func ActionOf(err error) string {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Action
+	}
+	return ""
+}
+
+// RetryAfterOf returns the delay an error asks for before the next call, or
+// zero when it asks for none.
+func RetryAfterOf(err error) time.Duration {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.RetryAfter
+	}
+	return 0
+}
+
+// Annotate returns err with the entry, operation and instance filled in,
+// classifying an unclassified error as Transient. It keeps any field the
+// provider already set. It returns nil for nil.
+func Annotate(err error, providerName string, op Op, id ID) error {
+	if err == nil {
+		return nil
+	}
+	var pe *Error
+	if !errors.As(err, &pe) {
+		return &Error{Class: ClassTransient, Provider: providerName, Op: op, ID: id, Err: err}
+	}
+	out := *pe
+	if out.Class == "" {
+		out.Class = ClassTransient
+	}
+	if out.Provider == "" {
+		out.Provider = providerName
+	}
+	if out.Op == "" {
+		out.Op = op
+	}
+	if out.ID == "" {
+		out.ID = id
+	}
+	if out.Provider == pe.Provider && out.Op == pe.Op && out.ID == pe.ID && out.Class == pe.Class {
+		return err
+	}
+	// Keep the wrapping context of err around the annotated copy.
+	if err != error(pe) {
+		return &Error{Class: out.Class, Provider: out.Provider, Op: out.Op, ID: out.ID, Action: out.Action, RetryAfter: out.RetryAfter, Err: err}
+	}
+	return &out
+}

@@ -1,0 +1,6 @@
+// Package instrumented wraps any provider.Provider with the operator's
+// observability: one tracing span, one duration observation, one error count
+// and one outcome log line per call, and the annotation of every error with
+// the entry name, the operation and the instance ID. Every configured provider
+// is wrapped exactly once, so providers themselves need none of it.
+package instrumented

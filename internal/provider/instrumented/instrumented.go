@@ -1,0 +1,160 @@
+package instrumented
+
+import (
+	"context"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// Span attribute keys.
+const (
+	attrProvider     = attribute.Key("egress.provider.name")
+	attrProviderType = attribute.Key("egress.provider.type")
+	attrInstanceID   = attribute.Key("egress.instance.id")
+	attrInstanceName = attribute.Key("egress.instance.name")
+	attrOwnerUID     = attribute.Key("egress.owner.uid")
+	attrOutcome      = attribute.Key("egress.outcome")
+	attrCount        = attribute.Key("egress.instance.count")
+)
+
+// Options are the observability sinks.
+type Options struct {
+	// Name and Type identify the entry in every signal.
+	Name string
+	Type string
+	// Metrics records call durations and errors; nil records nothing.
+	Metrics *metrics.Metrics
+	// Log receives one line per call: V(1) for outcomes, V(2) for request
+	// detail.
+	Log logr.Logger
+	// Tracer starts the spans; nil uses a no-op tracer.
+	Tracer trace.Tracer
+}
+
+// Wrap returns p with observability added. The result implements
+// provider.Checker exactly when p does.
+func Wrap(p provider.Provider, o Options) provider.Provider {
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("")
+	}
+	w := &wrapped{next: p, o: o, log: o.Log.WithValues("provider", o.Name)}
+	if c, ok := p.(provider.Checker); ok {
+		return &wrappedChecker{wrapped: w, checker: c}
+	}
+	return w
+}
+
+type wrapped struct {
+	next provider.Provider
+	o    Options
+	log  logr.Logger
+}
+
+// call runs one provider operation with its span, metrics and log line.
+func (w *wrapped) call(ctx context.Context, op provider.Op, id provider.ID, attrs []attribute.KeyValue, fn func(context.Context) error) error {
+	ctx, span := w.o.Tracer.Start(ctx, "provider."+string(op), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(append([]attribute.KeyValue{attrProvider.String(w.o.Name), attrProviderType.String(w.o.Type)}, attrs...)...))
+	defer span.End()
+	start := time.Now()
+	err := provider.Annotate(fn(ctx), w.o.Name, op, id)
+	elapsed := time.Since(start)
+
+	outcome := metrics.OutcomeOK
+	if err != nil {
+		outcome = string(provider.ClassOf(err))
+	}
+	span.SetAttributes(attrOutcome.String(outcome))
+	if w.o.Metrics != nil {
+		w.o.Metrics.ProviderCallDuration.WithLabelValues(w.o.Name, w.o.Type, string(op), outcome).Observe(elapsed.Seconds())
+	}
+	log := w.log.WithValues("op", string(op), "duration", elapsed.Round(time.Millisecond).String())
+	if id != "" {
+		log = log.WithValues("instanceID", string(id))
+	}
+	switch {
+	case err == nil:
+		log.V(1).Info("provider call succeeded")
+	case provider.IsInProgress(err):
+		// Not a failure: the provider asks to be called again.
+		log.V(1).Info("provider call in progress", "step", err.Error(), "retryAfter", provider.RetryAfterOf(err).String())
+	default:
+		if w.o.Metrics != nil {
+			w.o.Metrics.ProviderCallErrors.WithLabelValues(w.o.Name, w.o.Type, string(op), outcome).Inc()
+		}
+		span.RecordError(err)
+		span.SetStatus(codes.Error, outcome)
+		log.V(1).Info("provider call failed", "class", outcome, "error", err.Error())
+	}
+	return err
+}
+
+func (w *wrapped) Create(ctx context.Context, req provider.Request) (provider.ID, error) {
+	// Request detail at V(2): names only. UserData is a provider.Sensitive
+	// and would print as [redacted], but its length is all that is useful.
+	w.log.V(2).Info("create requested", "name", req.Name, "owner", req.Owner.String(), "ownerUID", req.OwnerUID,
+		"zone", req.Zone, "machineType", req.MachineType, "image", req.Image, "userDataBytes", req.UserData.Len(), "port", req.Proxy.Port)
+	var id provider.ID
+	err := w.call(ctx, provider.OpCreate, "", []attribute.KeyValue{attrInstanceName.String(req.Name), attrOwnerUID.String(req.OwnerUID)},
+		func(ctx context.Context) error {
+			var err error
+			id, err = w.next.Create(ctx, req)
+			return err
+		})
+	return id, err
+}
+
+func (w *wrapped) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
+	var inst provider.Instance
+	err := w.call(ctx, provider.OpGet, id, []attribute.KeyValue{attrInstanceID.String(string(id))},
+		func(ctx context.Context) error {
+			var err error
+			inst, err = w.next.Get(ctx, id)
+			return err
+		})
+	return inst, err
+}
+
+func (w *wrapped) Delete(ctx context.Context, id provider.ID) error {
+	return w.call(ctx, provider.OpDelete, id, []attribute.KeyValue{attrInstanceID.String(string(id))},
+		func(ctx context.Context) error { return w.next.Delete(ctx, id) })
+}
+
+func (w *wrapped) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	var out []provider.Instance
+	err := w.call(ctx, provider.OpListByTag, "", nil, func(ctx context.Context) error {
+		var err error
+		out, err = w.next.ListByTag(ctx)
+		trace.SpanFromContext(ctx).SetAttributes(attrCount.Int(len(out)))
+		return err
+	})
+	return out, err
+}
+
+type wrappedChecker struct {
+	*wrapped
+	checker provider.Checker
+}
+
+func (w *wrappedChecker) Check(ctx context.Context) []provider.Verdict {
+	var out []provider.Verdict
+	_ = w.call(ctx, provider.OpCheck, "", nil, func(ctx context.Context) error {
+		out = w.checker.Check(ctx)
+		unhealthy := 0
+		for _, v := range out {
+			if !v.Healthy {
+				unhealthy++
+			}
+		}
+		trace.SpanFromContext(ctx).SetAttributes(attrCount.Int(len(out)), attribute.Int("egress.targets.unhealthy", unhealthy))
+		return nil
+	})
+	return out
+}

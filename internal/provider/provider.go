@@ -1,0 +1,197 @@
+package provider
+
+import (
+	"context"
+	"net/netip"
+	"time"
+)
+
+// ID identifies an instance within one provider entry. Its format belongs to
+// the provider (Proxmox VE uses "node/vmid"); the operator stores it in
+// Proxy.status.instanceID and hands it back verbatim.
+type ID string
+
+// State is the lifecycle state of an instance as the operator sees it.
+type State string
+
+const (
+	// StateProvisioning: the instance exists and is being created, configured
+	// or is booting; it has no usable address yet.
+	StateProvisioning State = "Provisioning"
+	// StateRunning: the instance runs. Address is set once it is known; a
+	// Running instance without an address is still waited for.
+	StateRunning State = "Running"
+	// StateStopped: the instance exists but does not run and will not run
+	// again by itself (stopped, paused, crashed). The operator replaces it.
+	StateStopped State = "Stopped"
+)
+
+// Instance is what a provider reports of one instance it created.
+type Instance struct {
+	// ID is the provider's identifier of the instance.
+	ID ID
+	// Name is the name the operator asked for in Request.Name.
+	Name string
+	// OwnerUID is the UID of the Proxy the instance was created for, read
+	// back from the mark the provider stored on the instance.
+	OwnerUID string
+	// State is the instance's lifecycle state.
+	State State
+	// Address is the address the proxy listens on; valid only when State is
+	// StateRunning and the address is known.
+	Address netip.Addr
+	// Node is the hypervisor node, host or Kubernetes node that runs it.
+	Node string
+	// CreatedAt is when the instance was created, read back from the
+	// instance's mark (not from the operator's memory), so that garbage
+	// collection can apply a grace period after a restart.
+	CreatedAt time.Time
+}
+
+// Request is everything a provider needs to create one instance. It is built
+// by the operator from a Proxy and the entry's configuration; the same Proxy
+// always yields the same Request (Name included), which is what makes Create
+// idempotent across crashes and retries.
+type Request struct {
+	// OwnerUID is the UID of the Proxy. Providers store it on the instance
+	// (tag, label, metadata) and report it in Instance.OwnerUID: it is the
+	// mark that says the instance is ours and whose it is.
+	OwnerUID string
+	// Owner names the Proxy, for descriptions that help a human on the
+	// hypervisor side; it is never used to find instances.
+	Owner ObjectRef
+	// Name is the deterministic instance name: a DNS label of at most 63
+	// characters, unique per Proxy and per replacement.
+	Name string
+	// Zone, MachineType and Image are names from the entry's catalogues,
+	// already checked to exist in them.
+	Zone        string
+	MachineType string
+	Image       string
+	// UserData is the rendered cloud-init user-data for VM providers. It
+	// holds the proxy credentials: never log it, put it in an error, a span
+	// or a status.
+	UserData Sensitive
+	// Proxy is the proxy configuration itself, for providers that run the
+	// proxy directly instead of booting a VM with UserData.
+	Proxy ProxySettings
+}
+
+// ObjectRef names a namespaced Kubernetes object.
+type ObjectRef struct {
+	Namespace string
+	Name      string
+}
+
+// String returns namespace/name.
+func (r ObjectRef) String() string { return r.Namespace + "/" + r.Name }
+
+// ProxySettings is how the proxy must be configured.
+type ProxySettings struct {
+	// Port is the TCP port the proxy listens on.
+	Port int32
+	// Credentials names the Secret holding the username and password, or is
+	// nil when the proxy serves without authentication.
+	Credentials *SecretRef
+	// AllowedSourceRanges are the client networks allowed to use the proxy;
+	// empty means any source (only with Credentials set).
+	AllowedSourceRanges []netip.Prefix
+}
+
+// SecretRef names the keys of a Secret that hold the proxy credentials.
+type SecretRef struct {
+	Namespace   string
+	Name        string
+	UsernameKey string
+	PasswordKey string
+}
+
+// Verdict is the outcome of one health check of one target (node or host).
+type Verdict struct {
+	// Target is the node or host checked.
+	Target string
+	// Healthy is true when the target can serve.
+	Healthy bool
+	// Reason is a CamelCase word for the outcome, such as Reachable,
+	// Unreachable or Unauthorized.
+	Reason string
+	// Message says what is wrong and what to do. It must not hold secrets.
+	Message string
+	// Latency is how long the check took.
+	Latency time.Duration
+}
+
+// Provider runs proxy instances on one configured provider entry.
+//
+// Every method is safe for concurrent use by many goroutines, honours its
+// context (returns promptly with the context's error once it is done) and
+// returns errors built with this package's constructors: Transient, Permanent,
+// NotFound or InProgress (see errors.go). An error of no class is treated as
+// Transient. The operator wraps every provider in one decorator that adds the
+// entry name, the operation and the instance ID to each error, so providers
+// need not.
+//
+// No type of a provider's SDK or API crosses this interface, and nothing
+// secret (API tokens, Request.UserData, proxy passwords) may appear in an
+// error message: errors end up in logs, events and the Proxy status.
+type Provider interface {
+	// Create creates the instance described by req, or finds the one it
+	// created before for the same req, and returns its ID.
+	//
+	// Create is idempotent: called again with the same Request after any
+	// crash, retry or timeout (of the operator, the provider or the network),
+	// at any point of a previous call, it converges on the same single
+	// instance and returns the same ID. Providers achieve this by marking the
+	// instance with req.OwnerUID and req.Name before or as it is created, and
+	// by looking for that mark first.
+	//
+	// Create must never adopt, change or destroy an instance that does not
+	// carry the operator's mark.
+	//
+	// Create should not block for the whole boot of the instance. It returns
+	// the ID as soon as the instance exists and is on its way to running; Get
+	// then reports StateProvisioning until it runs. When the provider has to
+	// wait between steps that must all happen before the instance can be
+	// handed over (a clone task, a disk resize), it returns an InProgress
+	// error instead of waiting, and the operator calls Create again with the
+	// same Request after the suggested delay: the provider resumes where it
+	// stopped, from what it can observe on the infrastructure.
+	Create(ctx context.Context, req Request) (ID, error)
+
+	// Get reports the instance with the given ID. It returns a NotFound error
+	// when the instance does not exist (any more), and a Transient error when
+	// it cannot tell (for example the node that runs it is unreachable): an
+	// instance that merely cannot be seen must never be reported as gone,
+	// since the operator would replace it and duplicate it.
+	//
+	// Get must be cheap: the operator calls it for every Proxy on every
+	// resync. Providers may serve it from a listing shared by all instances of
+	// the entry and refreshed at most once per poll interval.
+	Get(ctx context.Context, id ID) (Instance, error)
+
+	// Delete removes the instance and every trace of it (disks, seeds,
+	// addresses), stopping it first if needed. Deleting an instance that does
+	// not exist succeeds. Delete may return InProgress while removal
+	// continues; the operator calls it again until it returns nil.
+	//
+	// Delete must refuse, with a Permanent error, an ID whose instance does
+	// not carry the operator's mark.
+	Delete(ctx context.Context, id ID) error
+
+	// ListByTag lists every instance this operator created on the entry, in
+	// any state, with OwnerUID and CreatedAt read from the instance's mark.
+	// It is used by garbage collection and by deletion, to find instances
+	// whose ID was never recorded. It never lists an instance without the
+	// operator's mark.
+	ListByTag(ctx context.Context) ([]Instance, error)
+}
+
+// Checker is implemented by providers that can check their own health. The
+// operator calls Check on an interval and writes the verdicts into the
+// entry's ProviderHealth object.
+type Checker interface {
+	// Check returns one verdict per target (node or host) of the entry. It
+	// does not return an error: a failure to check a target is that target's
+	// verdict. It honours its context.
+	Check(ctx context.Context) []Verdict
+}
