@@ -19,7 +19,7 @@ const (
 	// the Proxy in phase Failed with the error and the admin action, and stops
 	// retrying until the spec changes or the retry annotation is set.
 	ClassPermanent Class = "Permanent"
-	// ClassNotFound: the instance does not exist. From Get it makes the
+	// ClassNotFound means the instance does not exist. From Get it makes the
 	// operator replace the instance; Delete never returns it (a missing
 	// instance is deleted already).
 	ClassNotFound Class = "NotFound"
@@ -158,35 +158,29 @@ func RetryAfterOf(err error) time.Duration {
 }
 
 // Annotate returns err with the entry, operation and instance filled in,
-// classifying an unclassified error as Transient. It keeps any field the
-// provider already set. It returns nil for nil.
+// classifying an unclassified error as Transient. A provider's own *Error
+// keeps its class, action and delay. It returns nil for nil, and err itself
+// when it already names its entry.
 func Annotate(err error, providerName string, op Op, id ID) error {
 	if err == nil {
 		return nil
 	}
 	var pe *Error
-	if !errors.As(err, &pe) {
-		return &Error{Class: ClassTransient, Provider: providerName, Op: op, ID: id, Err: err}
-	}
-	out := *pe
-	if out.Class == "" {
-		out.Class = ClassTransient
-	}
-	if out.Provider == "" {
-		out.Provider = providerName
-	}
-	if out.Op == "" {
-		out.Op = op
-	}
-	if out.ID == "" {
-		out.ID = id
-	}
-	if out.Provider == pe.Provider && out.Op == pe.Op && out.ID == pe.ID && out.Class == pe.Class {
+	if errors.As(err, &pe) && pe.Provider != "" {
 		return err
 	}
-	// Keep the wrapping context of err around the annotated copy.
-	if err != error(pe) {
-		return &Error{Class: out.Class, Provider: out.Provider, Op: out.Op, ID: out.ID, Action: out.Action, RetryAfter: out.RetryAfter, Err: err}
+	out := &Error{Class: ClassOf(err), Provider: providerName, Op: op, ID: id,
+		Action: ActionOf(err), RetryAfter: RetryAfterOf(err), Err: err}
+	if pe != nil && err == error(pe) { //nolint:errorlint // identity, not matching: is err the *Error itself, with nothing wrapped around it?
+		// Fold the provider's bare *Error into the annotated one, so that
+		// its cause is not printed twice.
+		out.Err = pe.Err
+		if pe.Op != "" {
+			out.Op = pe.Op
+		}
+		if pe.ID != "" {
+			out.ID = pe.ID
+		}
 	}
-	return &out
+	return out
 }

@@ -15,13 +15,13 @@ type ID string
 type State string
 
 const (
-	// StateProvisioning: the instance exists and is being created, configured
+	// StateProvisioning means the instance exists and is being created, configured
 	// or is booting; it has no usable address yet.
 	StateProvisioning State = "Provisioning"
-	// StateRunning: the instance runs. Address is set once it is known; a
+	// StateRunning means the instance runs. Address is set once it is known; a
 	// Running instance without an address is still waited for.
 	StateRunning State = "Running"
-	// StateStopped: the instance exists but does not run and will not run
+	// StateStopped means the instance exists but does not run and will not run
 	// again by itself (stopped, paused, crashed). The operator replaces it.
 	StateStopped State = "Stopped"
 )

@@ -1,0 +1,180 @@
+// Command egress-proxies-operator runs the operator: it reconciles Proxy
+// objects with instances on the configured providers, collects orphaned
+// instances and reports provider health.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
+	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+
+type flags struct {
+	providersConfig    string
+	metricsAddr        string
+	metricsSecure      bool
+	probeAddr          string
+	leaderElect        bool
+	leaderElectionNS   string
+	pollInterval       time.Duration
+	resyncInterval     time.Duration
+	healthInterval     time.Duration
+	gcInterval         time.Duration
+	gcGracePeriod      time.Duration
+	workers            int
+	enableHTTP2        bool
+	checkConfigAndExit bool
+}
+
+func main() {
+	var f flags
+	fs := flag.CommandLine
+	fs.StringVar(&f.providersConfig, "providers-config", "/etc/egress-proxies/providers.yaml", "Path of the providers configuration (YAML).")
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, for example :8443 (secure) or :8080; 0 disables it.")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the liveness and readiness probes.")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader, so that only one replica acts.")
+	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's).")
+	fs.DurationVar(&f.pollInterval, "poll-interval", controller.DefaultPollInterval, "How often a Proxy that is not Ready is looked at.")
+	fs.DurationVar(&f.resyncInterval, "resync-interval", controller.DefaultResyncInterval, "How often a Ready Proxy's instance is looked at.")
+	fs.DurationVar(&f.healthInterval, "health-interval", controller.DefaultHealthInterval, "How often providers are checked for ProviderHealth.")
+	fs.DurationVar(&f.gcInterval, "gc-interval", controller.DefaultGCInterval, "How often orphaned instances are looked for.")
+	fs.DurationVar(&f.gcGracePeriod, "gc-grace-period", controller.DefaultGCGracePeriod, "Minimum age of an orphaned instance before it is deleted.")
+	fs.IntVar(&f.workers, "max-concurrent-reconciles", 4, "Proxies reconciled in parallel.")
+	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve metrics over HTTP/2 (off by default: CVE-2023-44487, CVE-2023-39325).")
+	fs.BoolVar(&f.checkConfigAndExit, "check-config", false, "Validate the providers configuration, print a summary and exit.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	if err := run(ctrl.SetupSignalHandler(), f); err != nil {
+		ctrl.Log.Error(err, "operator stopped")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f flags) error {
+	log := ctrl.Log.WithName("setup")
+	cfg, err := config.Load(f.providersConfig, registry())
+	if err != nil {
+		return err
+	}
+	if f.checkConfigAndExit {
+		for _, e := range cfg.Providers {
+			fmt.Printf("%s (%s): zones %v, %d machine types, images %v\n", e.Name, e.Type, e.Zones, len(e.MachineTypes), e.Images)
+		}
+		return nil
+	}
+
+	tracer, shutdownTracing, err := tracing.Setup(ctx, os.Getenv, version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The signal cancelled ctx; flushing still needs a few seconds.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(sctx); err != nil {
+			log.Error(err, "flushing traces")
+		}
+	}()
+
+	m, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
+	providers := map[string]provider.Provider{}
+	for i := range cfg.Providers {
+		e := &cfg.Providers[i]
+		p, err := providerTypes[e.Type].build(e)
+		if err != nil {
+			return fmt.Errorf("provider %q: %w", e.Name, err)
+		}
+		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{
+			Name: e.Name, Type: e.Type, Metrics: m, Tracer: tracer, Log: ctrl.Log.WithName("provider"),
+		})
+	}
+
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
+		return fmt.Errorf("building the scheme: %w", err)
+	}
+	var tlsOpts []func(*tls.Config)
+	if !f.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metricsOpts := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.metricsSecure, TLSOpts: tlsOpts}
+	if f.metricsSecure {
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	managed := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "egress-proxies-operator"})
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsOpts,
+		HealthProbeBindAddress:  f.probeAddr,
+		LeaderElection:          f.leaderElect,
+		LeaderElectionID:        "egress-proxies-operator.crawl.example.com",
+		LeaderElectionNamespace: f.leaderElectionNS,
+		// Only the credentials Secrets the operator made are cached: the
+		// operator has no business holding every Secret of the cluster in
+		// memory.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: managed}}},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	if err := controller.SetupWithManager(mgr, controller.Options{
+		Config: cfg, Providers: providers, Metrics: m, Registerer: ctrlmetrics.Registry,
+		PollInterval: f.pollInterval, ResyncInterval: f.resyncInterval, MaxConcurrentReconciles: f.workers,
+		HealthInterval: f.healthInterval, GCInterval: f.gcInterval, GCGracePeriod: f.gcGracePeriod,
+	}); err != nil {
+		return err
+	}
+	if err := errors.Join(mgr.AddHealthzCheck("healthz", healthz.Ping), mgr.AddReadyzCheck("readyz", healthz.Ping)); err != nil {
+		return fmt.Errorf("adding probes: %w", err)
+	}
+	names := make([]string, 0, len(providers))
+	for n := range providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	log.Info("starting", "version", version, "providers", names, "tracing", tracing.Enabled(os.Getenv))
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}

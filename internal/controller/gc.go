@@ -1,0 +1,152 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// Defaults of GarbageCollector.
+const (
+	DefaultGCInterval    = 10 * time.Minute
+	DefaultGCGracePeriod = 15 * time.Minute
+)
+
+// GarbageCollector periodically deletes instances whose owner Proxy no longer
+// exists. It is the only path that deletes an instance without a Proxy, so it
+// is deliberately narrow: it only sees what ListByTag returns (instances with
+// the operator's mark), it skips instances without an owner UID or creation
+// time, it skips every instance whose owner UID belongs to any Proxy in any
+// namespace (read from the API server, not the cache), and it waits a grace
+// period after the instance's creation, so that a create racing with the
+// listing is never mistaken for an orphan.
+type GarbageCollector struct {
+	// Reader lists Proxies; it must read from the API server (the manager's
+	// APIReader), since a lagging cache could hide a new Proxy.
+	Reader client.Reader
+	// Providers are the configured entries' providers, by entry name.
+	Providers map[string]provider.Provider
+	// Recorder emits an event on the entry's ProviderHealth for each deletion.
+	Recorder events.EventRecorder
+	// Metrics counts deletions.
+	Metrics *metrics.Metrics
+	// Interval between passes; zero means DefaultGCInterval.
+	Interval time.Duration
+	// GracePeriod is the minimum age of an instance before it can be
+	// collected; zero means DefaultGCGracePeriod.
+	GracePeriod time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch
+
+// NeedLeaderElection makes only the leader collect.
+func (g *GarbageCollector) NeedLeaderElection() bool { return true }
+
+// Start runs a pass every Interval until ctx is done.
+func (g *GarbageCollector) Start(ctx context.Context) error {
+	interval := g.Interval
+	if interval == 0 {
+		interval = DefaultGCInterval
+	}
+	log := ctrl.LoggerFrom(ctx).WithName("gc")
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := g.RunOnce(ctx); err != nil {
+			log.Error(err, "garbage collection pass failed; retrying at the next interval")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce runs one pass over every entry and returns how many instances it
+// deleted. An entry whose listing fails is skipped for this pass.
+func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
+	now, grace := time.Now, g.GracePeriod
+	if g.Now != nil {
+		now = g.Now
+	}
+	if grace == 0 {
+		grace = DefaultGCGracePeriod
+	}
+	log := ctrl.LoggerFrom(ctx).WithName("gc")
+
+	// The owners are listed before the instances: a Proxy created after this
+	// listing has an instance younger than the grace period.
+	owners := &metav1.PartialObjectMetadataList{}
+	owners.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProxyList"))
+	if err := g.Reader.List(ctx, owners); err != nil {
+		return 0, fmt.Errorf("listing proxies: %w", err)
+	}
+	alive := make(map[string]bool, len(owners.Items))
+	for _, o := range owners.Items {
+		alive[string(o.UID)] = true
+	}
+
+	names := make([]string, 0, len(g.Providers))
+	for n := range g.Providers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	deleted := 0
+	var firstErr error
+	for _, name := range names {
+		prov := g.Providers[name]
+		instances, err := prov.ListByTag(ctx)
+		if err != nil {
+			log.Info("skipping provider this pass: listing failed", "provider", name, "error", err.Error())
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		for _, in := range instances {
+			switch {
+			case in.OwnerUID == "" || in.CreatedAt.IsZero():
+				log.V(1).Info("leaving alone an instance without owner or creation time", "provider", name, "instanceID", in.ID)
+				continue
+			case alive[in.OwnerUID]:
+				continue
+			case now().Sub(in.CreatedAt) < grace:
+				log.V(1).Info("orphan within its grace period", "provider", name, "instanceID", in.ID)
+				continue
+			}
+			if err := prov.Delete(ctx, in.ID); err != nil && !provider.IsInProgress(err) {
+				log.Info("deleting an orphaned instance failed; retrying at the next pass", "provider", name, "instanceID", in.ID, "error", err.Error())
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			deleted++
+			log.Info("deleted orphaned instance", "provider", name, "instanceID", in.ID, "ownerUID", in.OwnerUID, "name", in.Name)
+			if g.Metrics != nil {
+				g.Metrics.GCDeletions.WithLabelValues(name).Inc()
+			}
+			if g.Recorder != nil {
+				ref := &crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
+				ref.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProviderHealth"))
+				g.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, "OrphanDeleted", "GarbageCollect",
+					"Deleted instance %s (%s): its Proxy (UID %s) no longer exists", in.ID, in.Name, in.OwnerUID)
+			}
+		}
+	}
+	return deleted, firstErr
+}

@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+)
+
+// Keys of the credentials Secret.
+const (
+	secretKeyUsername = "username"
+	secretKeyPassword = "password"
+	secretKeyURL      = "url"
+)
+
+// Labels the operator puts on what it creates.
+const (
+	labelManagedBy      = "app.kubernetes.io/managed-by"
+	labelManagedByValue = "egress-proxies-operator"
+	labelProxy          = "crawl.example.com/proxy"
+)
+
+// credentials are a Proxy's basic-auth username and password. They are never
+// logged; the type has no String method on purpose and fields are unexported.
+type credentials struct {
+	secretName string
+	username   string
+	password   string
+}
+
+// credentialsSecretName returns the name of a Proxy's credentials Secret.
+func credentialsSecretName(proxyName string) string { return proxyName + "-proxy-credentials" }
+
+// alphabet of generated credentials: safe in tinyproxy's configuration, in
+// YAML and in a URL without escaping.
+const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+// randomString returns n characters of alphabet from crypto/rand.
+func randomString(n int) string {
+	return randomFrom(alphabet, n)
+}
+
+func randomFrom(chars string, n int) string {
+	buf := make([]byte, n)
+	// Rejection sampling keeps the distribution uniform.
+	limit := 256 - 256%len(chars)
+	b := make([]byte, 1)
+	for i := 0; i < n; {
+		// crypto/rand.Read never returns an error (Go 1.24 and later).
+		_, _ = rand.Read(b)
+		if int(b[0]) >= limit {
+			continue
+		}
+		buf[i] = chars[int(b[0])%len(chars)]
+		i++
+	}
+	return string(buf)
+}
+
+// ensureCredentials returns the Proxy's credentials, generating the Secret
+// that holds them on first use. It returns a non-empty conflict, and no
+// credentials, when the Secret exists but cannot be used; it never changes a
+// Secret that this Proxy does not control. With auth None it returns nil.
+func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (*credentials, string, error) {
+	if !isBasic(p) {
+		p.Status.CredentialsSecretName = ""
+		return nil, "", nil
+	}
+	name := credentialsSecretName(p.Name)
+	var s corev1.Secret
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, &s)
+	switch {
+	case apierrors.IsNotFound(err):
+		if p.Status.InstanceID != "" {
+			return nil, fmt.Sprintf("The credentials Secret %s was deleted while instance %s uses the credentials it held. "+
+				"Recreate the Proxy to get a new instance with new credentials.", name, p.Status.InstanceID), nil
+		}
+		c := &credentials{secretName: name, username: "u" + randomFrom(alphabet[:36], 11), password: randomString(32)}
+		s = corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
+				Labels: map[string]string{labelManagedBy: labelManagedByValue, labelProxy: p.Name}},
+			Type: corev1.SecretTypeBasicAuth,
+			Data: map[string][]byte{secretKeyUsername: []byte(c.username), secretKeyPassword: []byte(c.password)},
+		}
+		if err := controllerutil.SetControllerReference(p, &s, r.Client.Scheme()); err != nil {
+			return nil, "", fmt.Errorf("owning the credentials secret: %w", err)
+		}
+		if err := r.Client.Create(ctx, &s); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// The cache only holds Secrets the operator labelled, so a
+				// Secret we did not see is someone else's.
+				return nil, fmt.Sprintf("Secret %s exists and was not created by the operator; it will not be overwritten. "+
+					"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
+			}
+			return nil, "", fmt.Errorf("creating the credentials secret %s: %w", name, err)
+		}
+		p.Status.CredentialsSecretName = name
+		return c, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("reading the credentials secret %s: %w", name, err)
+	}
+	if !metav1.IsControlledBy(&s, p) {
+		return nil, fmt.Sprintf("Secret %s exists and is not owned by this Proxy; the operator will not overwrite it. "+
+			"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
+	}
+	c := &credentials{secretName: name, username: string(s.Data[secretKeyUsername]), password: string(s.Data[secretKeyPassword])}
+	if c.username == "" || c.password == "" {
+		return nil, fmt.Sprintf("Secret %s lacks the %s or %s key. Delete the Secret (and, if the instance exists, recreate the Proxy).",
+			name, secretKeyUsername, secretKeyPassword), nil
+	}
+	p.Status.CredentialsSecretName = name
+	return c, "", nil
+}
+
+// syncCredentialsURL writes the ready-to-use URL with credentials into the
+// Secret once the address is known.
+func (r *ProxyReconciler) syncCredentialsURL(ctx context.Context, p *crawlv1alpha1.Proxy, c *credentials, address string) error {
+	u := url.URL{Scheme: "http", User: url.UserPassword(c.username, c.password),
+		Host: net.JoinHostPort(address, strconv.Itoa(int(p.Spec.Port)))}
+	want := u.String()
+	var s corev1.Secret
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: c.secretName}, &s); err != nil {
+		return fmt.Errorf("reading the credentials secret %s: %w", c.secretName, err)
+	}
+	if string(s.Data[secretKeyURL]) == want {
+		return nil
+	}
+	patch := client.MergeFrom(s.DeepCopy())
+	s.Data[secretKeyURL] = []byte(want)
+	if err := r.Client.Patch(ctx, &s, patch); err != nil {
+		return fmt.Errorf("writing the proxy URL into secret %s: %w", c.secretName, err)
+	}
+	return nil
+}

@@ -1,0 +1,89 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// reconcileDelete removes every instance of a Proxy that is being deleted,
+// then releases the finalizer. Failures of any class are retried with
+// backoff and stay visible in the status and in events.
+func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy) (ctrl.Result, observation, error) {
+	obs := observation{deleting: true}
+	if !controllerutil.ContainsFinalizer(p, Finalizer) {
+		return ctrl.Result{}, obs, nil
+	}
+	prov, ok := r.Providers[p.Spec.Provider]
+	if !ok {
+		if p.Status.InstanceID == "" {
+			// The entry is not configured and no instance was ever
+			// recorded: there is nothing we could remove.
+			return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
+		}
+		obs.providerErr = fmt.Errorf("provider entry %q is not configured, so instance %s cannot be removed; "+
+			"restore the entry in the providers configuration, or remove the instance by hand and then the finalizer %s",
+			p.Spec.Provider, p.Status.InstanceID, Finalizer)
+		return ctrl.Result{}, obs, nil
+	}
+
+	ids, err := r.instancesOf(ctx, p, prov)
+	if err != nil {
+		obs.providerErr = err
+		r.event(p, corev1.EventTypeWarning, eventDeleteFailed, "Delete", "%v", err)
+		return ctrl.Result{}, obs, nil
+	}
+	for _, id := range ids {
+		err := prov.Delete(ctx, id)
+		switch {
+		case provider.IsInProgress(err):
+			obs.providerErr = err
+			return ctrl.Result{RequeueAfter: provider.RetryAfterOf(err)}, obs, nil
+		case err != nil:
+			obs.providerErr = err
+			r.event(p, corev1.EventTypeWarning, eventDeleteFailed, "Delete", "%v", err)
+			return ctrl.Result{}, obs, nil
+		}
+		ctrl.LoggerFrom(ctx).Info("instance deleted", "instanceID", id)
+		r.event(p, corev1.EventTypeNormal, eventDeleted, "Delete", "Deleted instance %s", id)
+	}
+	return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
+}
+
+// instancesOf returns the instances to remove: the recorded one, and, when
+// none is recorded, any the provider lists for this Proxy's UID (the create
+// may have reached the provider without its ID reaching the status).
+func (r *ProxyReconciler) instancesOf(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider) ([]provider.ID, error) {
+	if p.Status.InstanceID != "" {
+		return []provider.ID{provider.ID(p.Status.InstanceID)}, nil
+	}
+	all, err := prov.ListByTag(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []provider.ID
+	for _, in := range all {
+		if in.OwnerUID == string(p.UID) {
+			ids = append(ids, in.ID)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids, nil
+}
+
+func (r *ProxyReconciler) releaseFinalizer(ctx context.Context, p *crawlv1alpha1.Proxy) error {
+	patch := client.MergeFrom(p.DeepCopy())
+	controllerutil.RemoveFinalizer(p, Finalizer)
+	if err := client.IgnoreNotFound(r.Client.Patch(ctx, p, patch)); err != nil {
+		return fmt.Errorf("removing finalizer: %w", err)
+	}
+	return nil
+}

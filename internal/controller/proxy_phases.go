@@ -1,0 +1,213 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// Event reasons on Proxies.
+const (
+	eventCreated          = "InstanceCreated"
+	eventReady            = "Ready"
+	eventReplacing        = "Replacing"
+	eventProviderError    = "ProviderError"
+	eventPermanentFailure = "PermanentFailure"
+	eventInvalidSpec      = "InvalidSpec"
+	eventRetry            = "RetryRequested"
+	eventDeleteFailed     = "DeleteFailed"
+	eventDeleted          = "InstanceDeleted"
+)
+
+// reconcileNormal drives a Proxy that is not being deleted: one provider
+// mutation at most per call, then the caller patches the status.
+func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.Proxy) (ctrl.Result, observation, error) {
+	log := ctrl.LoggerFrom(ctx)
+	var obs observation
+
+	if !controllerutil.ContainsFinalizer(p, Finalizer) {
+		patch := client.MergeFrom(p.DeepCopy())
+		controllerutil.AddFinalizer(p, Finalizer)
+		if err := r.Client.Patch(ctx, p, patch); err != nil {
+			return ctrl.Result{}, obs, fmt.Errorf("adding finalizer: %w", err)
+		}
+	}
+
+	retry := false
+	if _, ok := p.Annotations[crawlv1alpha1.AnnotationRetry]; ok {
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Annotations, crawlv1alpha1.AnnotationRetry)
+		if err := r.Client.Patch(ctx, p, patch); err != nil {
+			return ctrl.Result{}, obs, fmt.Errorf("removing the retry annotation: %w", err)
+		}
+		retry = true
+		r.event(p, corev1.EventTypeNormal, eventRetry, "Retry", "Retrying as asked by the %s annotation", crawlv1alpha1.AnnotationRetry)
+	}
+
+	placement, err := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
+	if err != nil {
+		obs.specErr = err
+		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
+			r.event(p, corev1.EventTypeWarning, eventInvalidSpec, "Resolve", "%v", err)
+		}
+		return ctrl.Result{}, obs, nil
+	}
+	p.Status.Zone = placement.Zone
+	prov, ok := r.Providers[placement.Entry.Name]
+	if !ok {
+		return ctrl.Result{}, obs, fmt.Errorf("provider entry %q is configured but has no provider (a bug in the binary's type registry)", placement.Entry.Name)
+	}
+
+	if !retry && isLatched(p.Status, p.Generation) {
+		obs.latched = true
+		return ctrl.Result{}, obs, nil
+	}
+
+	creds, conflict, err := r.ensureCredentials(ctx, p)
+	if err != nil {
+		return ctrl.Result{}, obs, err
+	}
+	if conflict != "" {
+		obs.credentialsConflict = conflict
+		return ctrl.Result{}, obs, nil
+	}
+
+	if p.Status.InstanceID == "" {
+		return r.create(ctx, p, prov, placement, creds)
+	}
+
+	inst, err := prov.Get(ctx, provider.ID(p.Status.InstanceID))
+	switch {
+	case provider.IsNotFound(err):
+		return r.replace(ctx, p, prov, "vanished", "the instance no longer exists on the provider")
+	case err != nil:
+		obs.providerErr = err
+		r.providerEvent(p, err)
+		return ctrl.Result{}, obs, nil
+	case inst.OwnerUID != "" && inst.OwnerUID != string(p.UID):
+		// Never adopt an instance recorded for someone else: a status
+		// copied from another object must not hand us its VM.
+		obs.providerErr = provider.NewPermanent(
+			fmt.Errorf("instance %s belongs to owner %s, not to this Proxy", inst.ID, inst.OwnerUID),
+			"clear status.instanceID or recreate the Proxy")
+		return ctrl.Result{}, obs, nil
+	case inst.State == provider.StateStopped:
+		return r.replace(ctx, p, prov, "stopped", "the instance stopped")
+	}
+	obs.instance = &inst
+	if inst.State == provider.StateRunning && inst.Address.IsValid() {
+		if p.Status.ReadyTime == nil {
+			log.Info("proxy is ready", "instanceID", inst.ID, "address", inst.Address.String(), "node", inst.Node)
+			r.event(p, corev1.EventTypeNormal, eventReady, "Observe", "Instance %s runs on %s at %s", inst.ID, inst.Node, inst.Address)
+			if p.Status.InstanceCreationTime != nil && r.Metrics != nil {
+				r.Metrics.CreateToReady.WithLabelValues(p.Spec.Provider).Observe(r.Now().Sub(p.Status.InstanceCreationTime.Time).Seconds())
+			}
+		}
+		if creds != nil {
+			if err := r.syncCredentialsURL(ctx, p, creds, inst.Address.String()); err != nil {
+				return ctrl.Result{}, obs, err
+			}
+		}
+		return ctrl.Result{RequeueAfter: r.ResyncInterval}, obs, nil
+	}
+	return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+}
+
+// create asks the provider for the instance and records its ID. A crash
+// between the provider's work and the status patch is harmless: the next
+// reconcile sends the same Request, and Create is idempotent.
+func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, pl config.Placement, creds *credentials) (ctrl.Result, observation, error) {
+	var obs observation
+	req, err := buildRequest(p, pl, creds)
+	if err != nil {
+		// The spec passed the API server's validation, so this is a bug or
+		// an input the renderer cannot take; a human must look.
+		obs.providerErr = provider.NewPermanent(fmt.Errorf("rendering cloud-init: %w", err), "check spec.extraUserData")
+		return ctrl.Result{}, obs, nil
+	}
+	id, err := prov.Create(ctx, req)
+	switch {
+	case provider.IsInProgress(err):
+		obs.providerErr = err
+		return ctrl.Result{RequeueAfter: provider.RetryAfterOf(err)}, obs, nil
+	case err != nil:
+		obs.providerErr = err
+		r.providerEvent(p, err)
+		return ctrl.Result{}, obs, nil
+	}
+	now := metav1.NewTime(r.Now())
+	p.Status.InstanceID = string(id)
+	p.Status.InstanceName = req.Name
+	p.Status.InstanceCreationTime = &now
+	p.Status.ReadyTime = nil
+	ctrl.LoggerFrom(ctx).Info("instance created", "instanceID", id, "instanceName", req.Name)
+	r.event(p, corev1.EventTypeNormal, eventCreated, "Create", "Created instance %s (%s) on provider %s", id, req.Name, pl.Entry.Name)
+	return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+}
+
+// replace removes a stopped instance (a vanished one is gone already) and
+// clears the record, so that the next reconcile creates a successor with the
+// next instance name. The old instance is deleted before the successor is
+// created, so that there is never more than one.
+func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, reason, why string) (ctrl.Result, observation, error) {
+	var obs observation
+	if reason == "stopped" {
+		if err := prov.Delete(ctx, provider.ID(p.Status.InstanceID)); err != nil {
+			obs.providerErr = err
+			p.Status.Phase = crawlv1alpha1.ProxyPhaseReplacing
+			r.providerEvent(p, err)
+			if provider.IsInProgress(err) {
+				return ctrl.Result{RequeueAfter: provider.RetryAfterOf(err)}, obs, nil
+			}
+			return ctrl.Result{}, obs, nil
+		}
+	}
+	ctrl.LoggerFrom(ctx).Info("replacing instance", "instanceID", p.Status.InstanceID, "reason", reason)
+	r.event(p, corev1.EventTypeWarning, eventReplacing, "Replace", "Replacing instance %s: %s", p.Status.InstanceID, why)
+	if r.Metrics != nil {
+		r.Metrics.Replacements.WithLabelValues(p.Spec.Provider, reason).Inc()
+	}
+	obs.replacing = why
+	p.Status.InstanceID = ""
+	p.Status.InstanceName = ""
+	p.Status.InstanceCreationTime = nil
+	p.Status.Replacements++
+	return ctrl.Result{RequeueAfter: requeueSoon}, obs, nil
+}
+
+// providerEvent emits a warning event for a failed provider call, once per
+// transition into the failure (not on every retry).
+func (r *ProxyReconciler) providerEvent(p *crawlv1alpha1.Proxy, err error) {
+	switch {
+	case provider.IsInProgress(err):
+	case provider.IsPermanent(err):
+		r.event(p, corev1.EventTypeWarning, eventPermanentFailure, "Provision", "%v", err)
+	default:
+		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonTransientError {
+			r.event(p, corev1.EventTypeWarning, eventProviderError, "Provision", "%v", err)
+		}
+	}
+}
+
+func readyCondition(p *crawlv1alpha1.Proxy) *metav1.Condition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == crawlv1alpha1.ConditionReady {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// requeueSoon asks for the next step right away, through the queue rather
+// than in this call, so that each reconcile does one provider mutation.
+const requeueSoon = time.Millisecond

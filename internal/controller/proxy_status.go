@@ -1,0 +1,146 @@
+package controller
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// observation is what one reconcile of a Proxy saw. The reconciler fills it
+// in; computeStatus turns it into phase, conditions, address and URL. Keeping
+// that step pure keeps the rules in one table-tested place.
+type observation struct {
+	// deleting: the Proxy has a deletion timestamp.
+	deleting bool
+	// specErr: the spec does not resolve against the configuration.
+	specErr error
+	// credentialsConflict: the credentials Secret cannot be used; the text
+	// says why.
+	credentialsConflict string
+	// latched: the Proxy stays Failed from an earlier reconcile.
+	latched bool
+	// providerErr: the provider call of this reconcile failed (or is in
+	// progress); nil otherwise.
+	providerErr error
+	// instance: what Get reported, when it was called and succeeded.
+	instance *provider.Instance
+	// replacing: the instance stopped or vanished; the text says which.
+	replacing string
+}
+
+// computeStatus derives the Proxy's phase, Ready condition, node, address and
+// URL from prev (the status with this reconcile's records already applied:
+// instance ID, replacements, ...) and obs. It does not change prev.
+func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, generation int64, now time.Time) crawlv1alpha1.ProxyStatus {
+	s := *prev.DeepCopy()
+	s.ObservedGeneration = generation
+	set := func(phase crawlv1alpha1.ProxyPhase, status metav1.ConditionStatus, reason, msg string) {
+		s.Phase = phase
+		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: crawlv1alpha1.ConditionReady, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	clearAddress := func() { s.Address, s.URL, s.ReadyTime = "", "", nil }
+	// notReadyPhase is the phase to show while waiting on something that is
+	// not a failure.
+	notReadyPhase := crawlv1alpha1.ProxyPhasePending
+	if s.InstanceID != "" {
+		notReadyPhase = crawlv1alpha1.ProxyPhaseProvisioning
+	}
+
+	switch {
+	case obs.deleting:
+		if obs.providerErr != nil && !provider.IsInProgress(obs.providerErr) {
+			set(crawlv1alpha1.ProxyPhaseDeleting, metav1.ConditionFalse, crawlv1alpha1.ReasonDeleteFailed,
+				fmt.Sprintf("Deleting the instance failed; retrying: %v", obs.providerErr))
+		} else {
+			set(crawlv1alpha1.ProxyPhaseDeleting, metav1.ConditionFalse, crawlv1alpha1.ReasonDeleting, "Deleting the instance.")
+		}
+	case obs.specErr != nil:
+		clearAddress()
+		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonInvalidSpec,
+			fmt.Sprintf("%v. Recreate the Proxy with a valid value, or add it to the providers configuration and restart the operator.", obs.specErr))
+	case obs.credentialsConflict != "":
+		clearAddress()
+		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonCredentialsConflict, obs.credentialsConflict)
+	case obs.latched:
+		// Keep what the failure said; nothing was tried.
+	case provider.IsPermanent(obs.providerErr):
+		clearAddress()
+		msg := fmt.Sprintf("%v.", obs.providerErr)
+		if a := provider.ActionOf(obs.providerErr); a != "" {
+			msg += " To fix: " + a + "."
+		}
+		msg += " Then set the annotation " + crawlv1alpha1.AnnotationRetry + " on the Proxy to retry."
+		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonPermanentError, msg)
+	case provider.IsInProgress(obs.providerErr):
+		set(crawlv1alpha1.ProxyPhaseProvisioning, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning,
+			fmt.Sprintf("Creating the instance: %v.", obs.providerErr))
+	case obs.providerErr != nil:
+		// A transient failure says nothing about the instance itself: a Ready
+		// proxy most likely still serves, so its phase stays and Ready becomes
+		// Unknown; otherwise Ready is False with the error.
+		msg := fmt.Sprintf("Retrying after a transient provider error: %v", obs.providerErr)
+		if s.Phase == crawlv1alpha1.ProxyPhaseReady {
+			set(crawlv1alpha1.ProxyPhaseReady, metav1.ConditionUnknown, crawlv1alpha1.ReasonTransientError, msg)
+			break
+		}
+		phase := notReadyPhase
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase = crawlv1alpha1.ProxyPhaseReplacing
+		}
+		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonTransientError, msg)
+	case obs.replacing != "":
+		clearAddress()
+		s.Node = ""
+		set(crawlv1alpha1.ProxyPhaseReplacing, metav1.ConditionFalse, crawlv1alpha1.ReasonReplacing,
+			fmt.Sprintf("Replacing the instance: %s.", obs.replacing))
+	case obs.instance != nil && obs.instance.State == provider.StateRunning && obs.instance.Address.IsValid():
+		in := obs.instance
+		s.Node = in.Node
+		s.Address = in.Address.String()
+		s.URL = "http://" + net.JoinHostPort(s.Address, strconv.Itoa(int(port)))
+		if s.ReadyTime == nil {
+			t := metav1.NewTime(now)
+			s.ReadyTime = &t
+		}
+		set(crawlv1alpha1.ProxyPhaseReady, metav1.ConditionTrue, crawlv1alpha1.ReasonInstanceRunning,
+			fmt.Sprintf("Instance %s runs on %s and serves at %s.", s.InstanceID, in.Node, s.URL))
+	case obs.instance != nil:
+		s.Node = obs.instance.Node
+		clearAddress()
+		msg := fmt.Sprintf("Instance %s is booting; waiting for its address.", s.InstanceID)
+		if obs.instance.State == provider.StateProvisioning {
+			msg = fmt.Sprintf("Instance %s is being created.", s.InstanceID)
+		}
+		set(crawlv1alpha1.ProxyPhaseProvisioning, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning, msg)
+	case s.InstanceID != "":
+		set(crawlv1alpha1.ProxyPhaseProvisioning, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning,
+			fmt.Sprintf("Instance %s was created; waiting for it to run.", s.InstanceID))
+	default:
+		phase, reason, msg := crawlv1alpha1.ProxyPhasePending, crawlv1alpha1.ReasonPending, "Waiting to create the instance."
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase, reason, msg = crawlv1alpha1.ProxyPhaseReplacing, crawlv1alpha1.ReasonReplacing, "Creating the replacement instance."
+		}
+		set(phase, metav1.ConditionFalse, reason, msg)
+	}
+	return s
+}
+
+// isLatched reports whether a Proxy's status says it failed in a way that
+// only a human (a new generation or the retry annotation) can clear.
+func isLatched(s crawlv1alpha1.ProxyStatus, generation int64) bool {
+	if s.Phase != crawlv1alpha1.ProxyPhaseFailed || s.ObservedGeneration != generation {
+		return false
+	}
+	c := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionReady)
+	return c != nil && c.Reason == crawlv1alpha1.ReasonPermanentError
+}

@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// EventSource is the name the operator's events are reported under.
+const EventSource = "egress-proxies-operator"
+
+// Options configure the operator's loops; zero values take the defaults of
+// each loop.
+type Options struct {
+	// Config is the providers configuration.
+	Config *config.Config
+	// Providers are the entries' providers, by entry name, already wrapped by
+	// instrumented.Wrap.
+	Providers map[string]provider.Provider
+	// Metrics are the operator's collectors.
+	Metrics *metrics.Metrics
+	// Registerer receives the proxies-by-phase collector; nil skips it.
+	Registerer prometheus.Registerer
+
+	PollInterval            time.Duration
+	ResyncInterval          time.Duration
+	MaxConcurrentReconciles int
+	HealthInterval          time.Duration
+	GCInterval              time.Duration
+	GCGracePeriod           time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// SetupWithManager adds the Proxy reconciler, garbage collection and the
+// health reporter to mgr.
+func SetupWithManager(mgr ctrl.Manager, o Options) error {
+	recorder := mgr.GetEventRecorder(EventSource)
+	r := &ProxyReconciler{
+		Client: mgr.GetClient(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
+		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the proxy controller: %w", err)
+	}
+	gc := &GarbageCollector{
+		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,
+		Interval: o.GCInterval, GracePeriod: o.GCGracePeriod, Now: o.Now,
+	}
+	if err := mgr.Add(gc); err != nil {
+		return fmt.Errorf("adding garbage collection: %w", err)
+	}
+	h := &HealthReporter{Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now}
+	if err := mgr.Add(h); err != nil {
+		return fmt.Errorf("adding the health reporter: %w", err)
+	}
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(&metrics.ProxiesCollector{Reader: mgr.GetClient()}); err != nil {
+			return fmt.Errorf("registering the proxies collector: %w", err)
+		}
+	}
+	return nil
+}

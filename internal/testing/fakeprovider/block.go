@@ -1,0 +1,37 @@
+package fakeprovider
+
+import (
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+)
+
+// TypeName is the provider type tests register the fake under.
+const TypeName = "fake"
+
+// Block is the fake type's configuration block.
+type Block struct {
+	// Nodes, when set, must name one node per zone; it exists so that tests
+	// can exercise block validation.
+	Nodes map[string]string `json:"nodes,omitempty"`
+}
+
+// Validate implements config.Block: every node entry must name a zone.
+func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
+	var errs field.ErrorList
+	for zone := range b.Nodes {
+		found := false
+		for _, z := range e.Zones {
+			found = found || z == zone
+		}
+		if !found {
+			errs = append(errs, field.NotSupported(path.Child("nodes").Key(zone), zone, e.Zones))
+		}
+	}
+	return errs
+}
+
+// Registry returns a config.Registry with only the fake type.
+func Registry() config.Registry {
+	return config.Registry{TypeName: func() config.Block { return &Block{} }}
+}

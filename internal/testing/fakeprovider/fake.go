@@ -1,0 +1,252 @@
+package fakeprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// Call is one recorded call.
+type Call struct {
+	Op   provider.Op
+	ID   provider.ID
+	Name string
+}
+
+// instance is an instance with the mark that says whether we created it.
+type instance struct {
+	provider.Instance
+	marked   bool
+	getCount int
+}
+
+// Provider is the fake. The zero value is not usable: call New.
+type Provider struct {
+	mu        sync.Mutex
+	instances map[provider.ID]*instance
+	next      int
+	calls     []Call
+	failures  map[provider.Op][]error
+	now       func() time.Time
+
+	// GetsUntilRunning is how many Get calls an instance answers
+	// Provisioning before it runs with an address. Zero runs at the first Get.
+	GetsUntilRunning int
+	// Latency is added to every call, honouring the context.
+	Latency time.Duration
+	// AfterCreate, when set, runs after Create stored a new instance and
+	// before it returns; a non-nil error is returned instead of the ID. Tests
+	// use it to stand for a crash after the infrastructure did the work and
+	// before the operator heard of it.
+	AfterCreate func(ctx context.Context, id provider.ID) error
+	// Verdicts are what Check returns.
+	Verdicts []provider.Verdict
+}
+
+// New returns an empty fake whose clock is now.
+func New(now func() time.Time) *Provider {
+	if now == nil {
+		now = time.Now
+	}
+	return &Provider{instances: map[provider.ID]*instance{}, failures: map[provider.Op][]error{}, now: now}
+}
+
+var _ provider.Provider = (*Provider)(nil)
+var _ provider.Checker = (*Provider)(nil)
+
+// FailNext makes the next n calls of op return err (after recording them).
+func (f *Provider) FailNext(op provider.Op, n int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for range n {
+		f.failures[op] = append(f.failures[op], err)
+	}
+}
+
+// Calls returns a copy of the recorded calls, in order.
+func (f *Provider) Calls() []Call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Call(nil), f.calls...)
+}
+
+// CallCount returns how many calls of op were made.
+func (f *Provider) CallCount(op provider.Op) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, c := range f.calls {
+		if c.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// Instances returns every instance, ours and foreign, sorted by ID.
+func (f *Provider) Instances() []provider.Instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]provider.Instance, 0, len(f.instances))
+	for _, in := range f.instances {
+		out = append(out, in.Instance)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// SetState changes an instance's state, as the infrastructure would.
+func (f *Provider) SetState(id provider.ID, s provider.State) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if in, ok := f.instances[id]; ok {
+		in.State = s
+		if s != provider.StateRunning {
+			in.Address = netip.Addr{}
+		}
+	}
+}
+
+// Vanish removes an instance behind the operator's back.
+func (f *Provider) Vanish(id provider.ID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.instances, id)
+}
+
+// AddInstance adds an instance directly. marked says whether it carries the
+// operator's mark; an unmarked one stands for a VM someone else made.
+func (f *Provider) AddInstance(in provider.Instance, marked bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.instances[in.ID] = &instance{Instance: in, marked: marked}
+}
+
+// begin records a call, waits the latency and returns an injected error.
+func (f *Provider) begin(ctx context.Context, c Call) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, c)
+	var injected error
+	if q := f.failures[c.Op]; len(q) > 0 {
+		injected, f.failures[c.Op] = q[0], q[1:]
+	}
+	latency := f.Latency
+	f.mu.Unlock()
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return provider.NewTransient(ctx.Err())
+		case <-t.C:
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.NewTransient(err)
+	}
+	return injected
+}
+
+// Create implements provider.Provider.
+func (f *Provider) Create(ctx context.Context, req provider.Request) (provider.ID, error) {
+	if err := f.begin(ctx, Call{Op: provider.OpCreate, Name: req.Name}); err != nil {
+		return "", err
+	}
+	if req.OwnerUID == "" || req.Name == "" {
+		return "", provider.NewPermanent(errors.New("request without owner UID or name"), "report a bug")
+	}
+	f.mu.Lock()
+	for id, in := range f.instances {
+		if in.marked && in.OwnerUID == req.OwnerUID && in.Name == req.Name {
+			f.mu.Unlock()
+			return id, nil
+		}
+	}
+	f.next++
+	id := provider.ID(fmt.Sprintf("fake/%d", 100+f.next))
+	f.instances[id] = &instance{marked: true, Instance: provider.Instance{
+		ID: id, Name: req.Name, OwnerUID: req.OwnerUID, State: provider.StateProvisioning,
+		Node: "node-" + req.Zone, CreatedAt: f.now(),
+	}}
+	hook := f.AfterCreate
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx, id); err != nil {
+			return "", err
+		}
+	}
+	return id, nil
+}
+
+// Get implements provider.Provider.
+func (f *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
+	if err := f.begin(ctx, Call{Op: provider.OpGet, ID: id}); err != nil {
+		return provider.Instance{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in, ok := f.instances[id]
+	if !ok || !in.marked {
+		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("no instance %s", id))
+	}
+	if in.State == provider.StateProvisioning {
+		in.getCount++
+		if in.getCount > f.GetsUntilRunning {
+			in.State = provider.StateRunning
+		}
+	}
+	if in.State == provider.StateRunning && !in.Address.IsValid() {
+		// 198.51.100.0/24 is TEST-NET-2: documentation only, never dialled.
+		in.Address = netip.AddrFrom4([4]byte{198, 51, 100, byte(len(f.calls) % 250)})
+	}
+	return in.Instance, nil
+}
+
+// Delete implements provider.Provider.
+func (f *Provider) Delete(ctx context.Context, id provider.ID) error {
+	if err := f.begin(ctx, Call{Op: provider.OpDelete, ID: id}); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in, ok := f.instances[id]
+	if !ok {
+		return nil
+	}
+	if !in.marked {
+		return provider.NewPermanent(fmt.Errorf("instance %s is not ours", id), "none: the operator never deletes what it did not create")
+	}
+	delete(f.instances, id)
+	return nil
+}
+
+// ListByTag implements provider.Provider.
+func (f *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	if err := f.begin(ctx, Call{Op: provider.OpListByTag}); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []provider.Instance
+	for _, in := range f.instances {
+		if in.marked {
+			out = append(out, in.Instance)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Check implements provider.Checker.
+func (f *Provider) Check(ctx context.Context) []provider.Verdict {
+	_ = f.begin(ctx, Call{Op: provider.OpCheck})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]provider.Verdict(nil), f.Verdicts...)
+}
