@@ -13,13 +13,9 @@ import (
 	"sort"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -141,7 +137,6 @@ func run(ctx context.Context, f flags) error {
 	if f.metricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	managed := labels.SelectorFromSet(labels.Set{"app.kubernetes.io/managed-by": "egress-proxies-operator"})
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -149,10 +144,7 @@ func run(ctx context.Context, f flags) error {
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "egress-proxies-operator.crawl.example.com",
 		LeaderElectionNamespace: f.leaderElectionNS,
-		// Only the credentials Secrets the operator made are cached: the
-		// operator has no business holding every Secret of the cluster in
-		// memory.
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: managed}}},
+		Cache:                   controller.CacheOptions(),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)

@@ -39,6 +39,10 @@ const (
 type ProxyReconciler struct {
 	// Client reads and writes Kubernetes objects (the manager's client).
 	Client client.Client
+	// APIReader reads from the API server, bypassing the cache; it confirms
+	// that the cached Proxy is current before a provider mutation. Nil skips
+	// the check.
+	APIReader client.Reader
 	// Recorder emits events on Proxies.
 	Recorder events.EventRecorder
 	// Config is the providers configuration.
@@ -61,6 +65,8 @@ type ProxyReconciler struct {
 	Backoff workqueue.TypedRateLimiter[reconcile.Request]
 	// MaxConcurrentReconciles bounds the workers; zero means 4.
 	MaxConcurrentReconciles int
+
+	skipNameValidation bool
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update;patch
@@ -81,7 +87,7 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&crawlv1alpha1.Proxy{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Owns(&corev1.Secret{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxy").
 		Complete(r)
 }
@@ -128,10 +134,17 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if obs.providerErr != nil && !provider.IsInProgress(obs.providerErr) && !provider.IsPermanent(obs.providerErr) {
-		res = ctrl.Result{RequeueAfter: r.Backoff.When(req)}
-	} else {
+	switch {
+	case obs.providerErr == nil, provider.IsInProgress(obs.providerErr):
 		r.Backoff.Forget(req)
+	case provider.IsPermanent(obs.providerErr) && !obs.deleting:
+		// Latched: a human acts, and their change (a new generation or the
+		// retry annotation) triggers the next reconcile.
+		r.Backoff.Forget(req)
+	default:
+		// Transient errors, and every deletion failure: a finalizer must
+		// never be stuck behind a latch.
+		res = ctrl.Result{RequeueAfter: r.Backoff.When(req)}
 	}
 
 	if !controllerutil.ContainsFinalizer(&p, Finalizer) && !p.DeletionTimestamp.IsZero() {
@@ -140,9 +153,47 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	p.Status = computeStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
 	if err := r.patchStatus(ctx, before, &p); err != nil {
+		if apierrors.IsConflict(err) {
+			// The status changed since we read it: what we computed is based
+			// on an old view. Look again with the newer one.
+			return ctrl.Result{RequeueAfter: staleRequeue}, nil
+		}
 		return ctrl.Result{}, err
 	}
+	if obs.retried {
+		// Only now that the status no longer says Failed: the update event
+		// of this patch must not show a latched status without the
+		// annotation that lifted the latch.
+		if err := r.removeRetryAnnotation(ctx, &p); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	return res, nil
+}
+
+// isCurrent reports whether the cached Proxy is the latest version on the API
+// server. The reconciler checks it before it asks a provider to create or
+// destroy anything, so that a cache that has not yet seen the last status
+// write cannot trigger a second create or a needless replacement.
+func (r *ProxyReconciler) isCurrent(ctx context.Context, p *crawlv1alpha1.Proxy) (bool, error) {
+	if r.APIReader == nil {
+		return true, nil
+	}
+	var fresh crawlv1alpha1.Proxy
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(p), &fresh); err != nil {
+		return false, fmt.Errorf("reading the proxy from the API server: %w", err)
+	}
+	return fresh.ResourceVersion == p.ResourceVersion, nil
+}
+
+// removeRetryAnnotation removes the annotation that asked for a retry.
+func (r *ProxyReconciler) removeRetryAnnotation(ctx context.Context, p *crawlv1alpha1.Proxy) error {
+	patch := client.MergeFrom(p.DeepCopy())
+	delete(p.Annotations, crawlv1alpha1.AnnotationRetry)
+	if err := client.IgnoreNotFound(r.Client.Patch(ctx, p, patch)); err != nil {
+		return fmt.Errorf("removing the retry annotation: %w", err)
+	}
+	return nil
 }
 
 // patchStatus writes the status once, only when it changed.
@@ -150,7 +201,14 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, before, p *crawlv1alp
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+	// The base of the patch is the status as read, with the metadata (and
+	// resourceVersion) of our own writes in this reconcile, such as the
+	// finalizer. The optimistic lock then makes a status computed from a
+	// stale cached copy fail with a conflict instead of overwriting a newer
+	// one.
+	base := p.DeepCopy()
+	base.Status = *before.Status.DeepCopy()
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

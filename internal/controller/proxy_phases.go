@@ -32,6 +32,19 @@ const (
 // reconcileNormal drives a Proxy that is not being deleted: one provider
 // mutation at most per call, then the caller patches the status.
 func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.Proxy) (ctrl.Result, observation, error) {
+	// The annotation is removed by Reconcile once the status is patched.
+	_, retry := p.Annotations[crawlv1alpha1.AnnotationRetry]
+	if retry {
+		r.event(p, corev1.EventTypeNormal, eventRetry, "Retry", "Retrying as asked by the %s annotation", crawlv1alpha1.AnnotationRetry)
+	}
+	res, obs, err := r.reconcileSteps(ctx, p, retry)
+	obs.retried = retry
+	return res, obs, err
+}
+
+// reconcileSteps is reconcileNormal's body; retry says the retry annotation
+// lifts a latched failure.
+func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.Proxy, retry bool) (ctrl.Result, observation, error) {
 	log := ctrl.LoggerFrom(ctx)
 	var obs observation
 
@@ -41,17 +54,6 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 		if err := r.Client.Patch(ctx, p, patch); err != nil {
 			return ctrl.Result{}, obs, fmt.Errorf("adding finalizer: %w", err)
 		}
-	}
-
-	retry := false
-	if _, ok := p.Annotations[crawlv1alpha1.AnnotationRetry]; ok {
-		patch := client.MergeFrom(p.DeepCopy())
-		delete(p.Annotations, crawlv1alpha1.AnnotationRetry)
-		if err := r.Client.Patch(ctx, p, patch); err != nil {
-			return ctrl.Result{}, obs, fmt.Errorf("removing the retry annotation: %w", err)
-		}
-		retry = true
-		r.event(p, corev1.EventTypeNormal, eventRetry, "Retry", "Retrying as asked by the %s annotation", crawlv1alpha1.AnnotationRetry)
 	}
 
 	placement, err := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
@@ -70,7 +72,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 
 	if !retry && isLatched(p.Status, p.Generation) {
 		obs.latched = true
-		return ctrl.Result{}, obs, nil
+		// The status read from the cache may be older than the latest
+		// write; a late look costs no provider call.
+		return ctrl.Result{RequeueAfter: r.ResyncInterval}, obs, nil
 	}
 
 	creds, conflict, err := r.ensureCredentials(ctx, p)
@@ -128,6 +132,9 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 // reconcile sends the same Request, and Create is idempotent.
 func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, pl config.Placement, creds *credentials) (ctrl.Result, observation, error) {
 	var obs observation
+	if current, err := r.isCurrent(ctx, p); err != nil || !current {
+		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
+	}
 	req, err := buildRequest(p, pl, creds)
 	if err != nil {
 		// The spec passed the API server's validation, so this is a bug or
@@ -161,6 +168,9 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 // created, so that there is never more than one.
 func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, reason, why string) (ctrl.Result, observation, error) {
 	var obs observation
+	if current, err := r.isCurrent(ctx, p); err != nil || !current {
+		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
+	}
 	if reason == "stopped" {
 		if err := prov.Delete(ctx, provider.ID(p.Status.InstanceID)); err != nil {
 			obs.providerErr = err
@@ -208,6 +218,12 @@ func readyCondition(p *crawlv1alpha1.Proxy) *metav1.Condition {
 	return nil
 }
 
-// requeueSoon asks for the next step right away, through the queue rather
-// than in this call, so that each reconcile does one provider mutation.
-const requeueSoon = time.Millisecond
+const (
+	// requeueSoon asks for the next step right away, through the queue
+	// rather than in this call, so that each reconcile does one provider
+	// mutation.
+	requeueSoon = time.Millisecond
+	// staleRequeue is how long to let the cache catch up with the API server
+	// when it lags behind.
+	staleRequeue = 100 * time.Millisecond
+)

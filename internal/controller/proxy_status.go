@@ -33,6 +33,9 @@ type observation struct {
 	instance *provider.Instance
 	// replacing: the instance stopped or vanished; the text says which.
 	replacing string
+	// retried: the retry annotation was present and acted on; Reconcile
+	// removes it after patching the status.
+	retried bool
 }
 
 // computeStatus derives the Proxy's phase, Ready condition, node, address and

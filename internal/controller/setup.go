@@ -5,7 +5,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
@@ -36,6 +40,18 @@ type Options struct {
 	GCGracePeriod           time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// SkipNameValidation allows several managers with the same controllers
+	// in one process; only tests need it.
+	SkipNameValidation bool
+}
+
+// CacheOptions returns the manager cache options the controllers rely on:
+// Secrets are cached only when the operator made them (they carry its
+// managed-by label), so that the operator does not hold every Secret of the
+// cluster in memory. A Secret the cache cannot see is treated as foreign.
+func CacheOptions() cache.Options {
+	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: managed}}}
 }
 
 // SetupWithManager adds the Proxy reconciler, garbage collection and the
@@ -43,8 +59,9 @@ type Options struct {
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	recorder := mgr.GetEventRecorder(EventSource)
 	r := &ProxyReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
 		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		skipNameValidation: o.SkipNameValidation,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy controller: %w", err)

@@ -39,12 +39,8 @@ type Provider struct {
 	// Provisioning before it runs with an address. Zero runs at the first Get.
 	GetsUntilRunning int
 	// Latency is added to every call, honouring the context.
-	Latency time.Duration
-	// AfterCreate, when set, runs after Create stored a new instance and
-	// before it returns; a non-nil error is returned instead of the ID. Tests
-	// use it to stand for a crash after the infrastructure did the work and
-	// before the operator heard of it.
-	AfterCreate func(ctx context.Context, id provider.ID) error
+	Latency     time.Duration
+	afterCreate func(ctx context.Context, id provider.ID) error
 	// Verdicts are what Check returns.
 	Verdicts []provider.Verdict
 }
@@ -59,6 +55,16 @@ func New(now func() time.Time) *Provider {
 
 var _ provider.Provider = (*Provider)(nil)
 var _ provider.Checker = (*Provider)(nil)
+
+// SetAfterCreate installs a hook that runs after Create stored a new instance
+// (or found the one it stored before) and before it returns; a non-nil error is returned instead of the ID. Tests
+// use it to stand for a crash after the infrastructure did the work and
+// before the operator heard of it. Nil removes the hook.
+func (f *Provider) SetAfterCreate(hook func(ctx context.Context, id provider.ID) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.afterCreate = hook
+}
 
 // FailNext makes the next n calls of op return err (after recording them).
 func (f *Provider) FailNext(op provider.Op, n int, err error) {
@@ -162,19 +168,21 @@ func (f *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 		return "", provider.NewPermanent(errors.New("request without owner UID or name"), "report a bug")
 	}
 	f.mu.Lock()
-	for id, in := range f.instances {
+	var id provider.ID
+	for existing, in := range f.instances {
 		if in.marked && in.OwnerUID == req.OwnerUID && in.Name == req.Name {
-			f.mu.Unlock()
-			return id, nil
+			id = existing
 		}
 	}
-	f.next++
-	id := provider.ID(fmt.Sprintf("fake/%d", 100+f.next))
-	f.instances[id] = &instance{marked: true, Instance: provider.Instance{
-		ID: id, Name: req.Name, OwnerUID: req.OwnerUID, State: provider.StateProvisioning,
-		Node: "node-" + req.Zone, CreatedAt: f.now(),
-	}}
-	hook := f.AfterCreate
+	if id == "" {
+		f.next++
+		id = provider.ID(fmt.Sprintf("fake/%d", 100+f.next))
+		f.instances[id] = &instance{marked: true, Instance: provider.Instance{
+			ID: id, Name: req.Name, OwnerUID: req.OwnerUID, State: provider.StateProvisioning,
+			Node: "node-" + req.Zone, CreatedAt: f.now(),
+		}}
+	}
+	hook := f.afterCreate
 	f.mu.Unlock()
 	if hook != nil {
 		if err := hook(ctx, id); err != nil {

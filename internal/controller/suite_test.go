@@ -1,0 +1,354 @@
+package controller_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+)
+
+// The envtest control plane is shared by every test of the package; each
+// test runs its own operator (manager) in its own namespace.
+var (
+	restConfig *rest.Config
+	k8s        client.Client
+	scheme     = runtime.NewScheme()
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	// Each operator under test logs to its own buffer; the global logger
+	// only catches client-go's background chatter.
+	logf.SetLogger(logr.Discard())
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if testing.Short() {
+			fmt.Fprintln(os.Stderr, "skipping the envtest suite in -short mode: KUBEBUILDER_ASSETS is not set")
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, which builds kube-apiserver and etcd once "+
+			"(hack/envtest/setup.sh), or `go test -short` to skip the envtest suite")
+		os.Exit(1)
+	}
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	var err error
+	restConfig, err = env.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
+		os.Exit(1)
+	}
+	k8s, err = client.New(restConfig, client.Options{Scheme: scheme})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
+		_ = env.Stop()
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
+	}
+	os.Exit(code)
+}
+
+// testConfig is a providers configuration with one fake entry "lab" with
+// two zones.
+func testConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`
+providers:
+  - name: lab
+    type: fake
+    zones: [rack-a, rack-b]
+    machineTypes:
+      - {name: small, cpus: 1, memoryMiB: 512, diskGiB: 8}
+    images: [debian-12]
+`), fakeprovider.Registry())
+	if err != nil {
+		t.Fatalf("test config: %v", err)
+	}
+	return cfg
+}
+
+// logBuffer collects every log line of an operator run, at verbosity 2, so
+// that tests can look for secrets in it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.buf.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 2})
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// operator is one running manager with the controllers under test.
+type operator struct {
+	fake    *fakeprovider.Provider
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	logs    *logBuffer
+	spans   *tracetest.SpanRecorder
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// stop stops the manager and waits for it.
+func (o *operator) stop() {
+	o.cancel()
+	<-o.done
+}
+
+type operatorOptions struct {
+	// namespace confines the operator's cache, so that operators of
+	// earlier tests' Proxies never meet this test's fake.
+	namespace string
+	fake      *fakeprovider.Provider
+	cfg       *config.Config
+	opts      controller.Options
+}
+
+// startOperator runs the controllers against envtest with the fake provider
+// behind the same instrumentation as in production, and stops them when the
+// test ends.
+func startOperator(t *testing.T, oo operatorOptions) *operator {
+	t.Helper()
+	if oo.fake == nil {
+		oo.fake = fakeprovider.New(nil)
+	}
+	if oo.cfg == nil {
+		oo.cfg = testConfig(t)
+	}
+	o := &operator{fake: oo.fake, reg: prometheus.NewRegistry(), logs: &logBuffer{}, spans: tracetest.NewSpanRecorder()}
+	var err error
+	if o.metrics, err = metrics.New(o.reg); err != nil {
+		t.Fatal(err)
+	}
+	log := o.logs.logger()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	providers := map[string]provider.Provider{}
+	for _, e := range oo.cfg.Providers {
+		providers[e.Name] = instrumented.Wrap(oo.fake, instrumented.Options{
+			Name: e.Name, Type: e.Type, Metrics: o.metrics, Log: log, Tracer: tp.Tracer("test"),
+		})
+	}
+	if oo.namespace == "" {
+		t.Fatal("startOperator needs a namespace")
+	}
+	cacheOpts := controller.CacheOptions()
+	cacheOpts.DefaultNamespaces = map[string]cache.Config{oo.namespace: {}}
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache:                  cacheOpts,
+		Logger:                 log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := oo.opts
+	opts.Config, opts.Providers, opts.Metrics, opts.Registerer = oo.cfg, providers, o.metrics, o.reg
+	opts.SkipNameValidation = true
+	if opts.PollInterval == 0 {
+		opts.PollInterval = 50 * time.Millisecond
+	}
+	if opts.ResyncInterval == 0 {
+		opts.ResyncInterval = 200 * time.Millisecond
+	}
+	if opts.HealthInterval == 0 {
+		opts.HealthInterval = time.Hour
+	}
+	if opts.GCInterval == 0 {
+		// Tests run garbage collection by hand with RunOnce.
+		opts.GCInterval = time.Hour
+	}
+	if err := controller.SetupWithManager(mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), log))
+	o.cancel, o.done = cancel, make(chan struct{})
+	go func() {
+		defer close(o.done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager stopped with an error: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		o.stop()
+		if t.Failed() {
+			t.Logf("operator log:\n%s", o.logs.String())
+		}
+	})
+	return o
+}
+
+// newNamespace creates a namespace for one test.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// newProxy returns a valid Proxy on the "lab" entry.
+func newProxy(ns, name string) *crawlv1alpha1.Proxy {
+	return &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: crawlv1alpha1.ProxySpec{
+			Provider: "lab", Zone: "rack-a", MachineType: "small", Image: "debian-12",
+		},
+	}
+}
+
+// eventually polls cond every 25ms until it returns true or the timeout
+// passes, then fails the test with the last explanation cond gave.
+func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		select {
+		case <-deadline.C:
+			t.Fatalf("condition not met within %s: %s", timeout, why)
+		case <-tick.C:
+		}
+	}
+}
+
+// consistently fails the test if cond becomes false within d.
+func consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(25 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if ok, why := cond(); !ok {
+			t.Fatalf("condition broke: %s", why)
+		}
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// getProxy reads a Proxy from the API server.
+func getProxy(t *testing.T, ns, name string) *crawlv1alpha1.Proxy {
+	t.Helper()
+	var p crawlv1alpha1.Proxy
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		t.Fatalf("getting proxy %s/%s: %v", ns, name, err)
+	}
+	return &p
+}
+
+// waitPhase waits until the Proxy has the phase and the Ready reason.
+func waitPhase(t *testing.T, ns, name string, phase crawlv1alpha1.ProxyPhase, reason string) *crawlv1alpha1.Proxy {
+	t.Helper()
+	var last *crawlv1alpha1.Proxy
+	eventually(t, 20*time.Second, func() (bool, string) {
+		var p crawlv1alpha1.Proxy
+		if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+			return false, err.Error()
+		}
+		last = &p
+		c := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionReady)
+		got := "no Ready condition"
+		if c != nil {
+			got = fmt.Sprintf("phase %s, Ready %s/%s: %s", p.Status.Phase, c.Status, c.Reason, c.Message)
+		}
+		return p.Status.Phase == phase && c != nil && c.Reason == reason, got
+	})
+	return last
+}
+
+// eventsFor returns the notes of the events.k8s.io events regarding an
+// object, as "reason: note".
+func eventsFor(t *testing.T, ns, name string) []string {
+	t.Helper()
+	var list eventsList
+	if err := list.load(ns); err != nil {
+		t.Fatalf("listing events: %v", err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name {
+			out = append(out, e.Reason+": "+e.Note)
+		}
+	}
+	return out
+}
+
+// containsAny reports which of the haystacks contain needle.
+func containsAny(needle string, haystacks map[string]string) []string {
+	var where []string
+	for name, h := range haystacks {
+		if strings.Contains(h, needle) {
+			where = append(where, name)
+		}
+	}
+	return where
+}
