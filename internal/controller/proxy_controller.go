@@ -160,6 +160,9 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 		return ctrl.Result{}, err
 	}
+	if obs.becameReady {
+		r.announceReady(ctx, &p)
+	}
 	if obs.retried {
 		// Only now that the status no longer says Failed: the update event
 		// of this patch must not show a latched status without the
@@ -169,6 +172,15 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	return res, nil
+}
+
+// announceReady logs, records and counts a Proxy's transition to Ready.
+func (r *ProxyReconciler) announceReady(ctx context.Context, p *crawlv1alpha1.Proxy) {
+	ctrl.LoggerFrom(ctx).Info("proxy is ready", "instanceID", p.Status.InstanceID, "address", p.Status.Address, "node", p.Status.Node)
+	r.event(p, corev1.EventTypeNormal, eventReady, "Observe", "Instance %s runs on %s at %s", p.Status.InstanceID, p.Status.Node, p.Status.Address)
+	if p.Status.InstanceCreationTime != nil && r.Metrics != nil {
+		r.Metrics.CreateToReady.WithLabelValues(p.Spec.Provider).Observe(r.Now().Sub(p.Status.InstanceCreationTime.Time).Seconds())
+	}
 }
 
 // isCurrent reports whether the cached Proxy is the latest version on the API

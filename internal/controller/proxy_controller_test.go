@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,15 @@ func TestProxyGoesReadyAndKeepsSecretsOutOfEveryOutput(t *testing.T) {
 	})
 	if got := testutil.CollectAndCount(op.metrics.CreateToReady); got != 1 {
 		t.Errorf("create_to_ready series = %d, want 1", got)
+	}
+	// One transition to Ready is announced once, even when a reconcile
+	// works from a cached copy that predates the Ready status.
+	consistently(t, 500*time.Millisecond, func() (bool, string) {
+		n := strings.Count(strings.Join(eventsFor(t, ns, "web"), "\n"), "Ready: Instance")
+		return n <= 1, fmt.Sprintf("%d Ready events", n)
+	})
+	if got := histogramCount(t, op, "egress_proxies_create_to_ready_seconds"); got != 1 {
+		t.Errorf("create-to-ready observations = %d, want 1", got)
 	}
 
 	// Sentinel: the password must appear in no status, event, log line or
@@ -373,4 +383,22 @@ func TestForeignSecretIsNeverOverwritten(t *testing.T) {
 	if string(s.Data["password"]) != "theirs" || len(s.OwnerReferences) != 0 {
 		t.Errorf("the foreign secret was changed: %+v", s)
 	}
+}
+
+// histogramCount returns the number of observations of a histogram family.
+func histogramCount(t *testing.T, op *operator, name string) uint64 {
+	t.Helper()
+	families, err := op.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, f := range families {
+		if f.GetName() == name {
+			for _, m := range f.GetMetric() {
+				n += m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return n
 }

@@ -45,7 +45,6 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 // reconcileSteps is reconcileNormal's body; retry says the retry annotation
 // lifts a latched failure.
 func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.Proxy, retry bool) (ctrl.Result, observation, error) {
-	log := ctrl.LoggerFrom(ctx)
 	var obs observation
 
 	if !controllerutil.ContainsFinalizer(p, Finalizer) {
@@ -110,13 +109,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	}
 	obs.instance = &inst
 	if inst.State == provider.StateRunning && inst.Address.IsValid() {
-		if p.Status.ReadyTime == nil {
-			log.Info("proxy is ready", "instanceID", inst.ID, "address", inst.Address.String(), "node", inst.Node)
-			r.event(p, corev1.EventTypeNormal, eventReady, "Observe", "Instance %s runs on %s at %s", inst.ID, inst.Node, inst.Address)
-			if p.Status.InstanceCreationTime != nil && r.Metrics != nil {
-				r.Metrics.CreateToReady.WithLabelValues(p.Spec.Provider).Observe(r.Now().Sub(p.Status.InstanceCreationTime.Time).Seconds())
-			}
-		}
+		// Announced by Reconcile once the status patch lands, so that a
+		// reconcile working from a stale copy cannot announce it twice.
+		obs.becameReady = p.Status.ReadyTime == nil
 		if creds != nil {
 			if err := r.syncCredentialsURL(ctx, p, creds, inst.Address.String()); err != nil {
 				return ctrl.Result{}, obs, err

@@ -33,6 +33,9 @@ type observation struct {
 	instance *provider.Instance
 	// replacing: the instance stopped or vanished; the text says which.
 	replacing string
+	// becameReady: the instance runs with an address and the status did not
+	// say so yet.
+	becameReady bool
 	// retried: the retry annotation was present and acted on; Reconcile
 	// removes it after patching the status.
 	retried bool

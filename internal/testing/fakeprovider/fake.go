@@ -41,8 +41,16 @@ type Provider struct {
 	// Latency is added to every call, honouring the context.
 	Latency     time.Duration
 	afterCreate func(ctx context.Context, id provider.ID) error
-	// Verdicts are what Check returns.
+	// Verdicts are what Check returns; set them before the operator starts,
+	// or with SetVerdicts afterwards.
 	Verdicts []provider.Verdict
+}
+
+// SetVerdicts changes what Check returns, safely while the operator runs.
+func (f *Provider) SetVerdicts(v []provider.Verdict) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Verdicts = v
 }
 
 // New returns an empty fake whose clock is now.
