@@ -70,3 +70,7 @@ build: ## Build the operator binary into bin/.
 .PHONY: run
 run: ## Run the operator against the current kubeconfig (needs --providers-config via ARGS).
 	$(GO) run ./cmd/egress-proxies-operator $(ARGS)
+
+.PHONY: demo
+demo: ## Show the control loop locally: local API server, in-memory provider, three Proxies (ARGS=-wait to keep it running).
+	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/demo $(ARGS)
