@@ -58,8 +58,9 @@ func main() {
 	wait := flag.Bool("wait", false, "Keep the control plane running after the demo until Ctrl-C, to look around with kubectl.")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *wait); err != nil {
+	err := run(ctx, *wait)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
@@ -88,7 +89,7 @@ func run(ctx context.Context, wait bool) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() { _ = os.RemoveAll(dir) }()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	user, err := env.AddUser(envtest.User{Name: "demo", Groups: []string{"system:masters"}}, nil)
 	if err != nil {

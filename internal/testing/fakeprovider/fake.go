@@ -31,7 +31,7 @@ type Provider struct {
 	mu        sync.Mutex
 	instances map[provider.ID]*instance
 	next      int
-	addresses int
+	addresses byte
 	calls     []Call
 	failures  map[provider.Op][]error
 	now       func() time.Time
@@ -221,8 +221,8 @@ func (f *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	if in.State == provider.StateRunning && !in.Address.IsValid() {
 		// 198.51.100.0/24 is TEST-NET-2: documentation only, never dialled.
 		// Each instance gets its own, as each VM would.
-		f.addresses++
-		in.Address = netip.AddrFrom4([4]byte{198, 51, 100, byte(1 + f.addresses%250)})
+		f.addresses = f.addresses%250 + 1
+		in.Address = netip.AddrFrom4([4]byte{198, 51, 100, f.addresses})
 	}
 	return in.Instance, nil
 }
