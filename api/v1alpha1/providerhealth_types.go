@@ -90,5 +90,6 @@ type ProviderHealth struct {
 type ProviderHealthList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ProviderHealth `json:"items"`
+	// Items are the ProviderHealth objects.
+	Items []ProviderHealth `json:"items"`
 }

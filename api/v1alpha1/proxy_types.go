@@ -225,5 +225,6 @@ type Proxy struct {
 type ProxyList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Proxy `json:"items"`
+	// Items are the Proxy objects.
+	Items []Proxy `json:"items"`
 }
