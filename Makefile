@@ -58,8 +58,8 @@ test: verify-generated vet ## Everything CI runs: generated files current, vet, 
 	$(MAKE) lint
 
 .PHONY: test-unit
-test-unit: ## Unit tests only (no envtest binaries needed; envtest suites skip).
-	$(GO) test -count=1 ./...
+test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases skip).
+	$(GO) test -short -count=1 ./...
 
 ##@ Build
 

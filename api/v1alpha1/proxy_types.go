@@ -79,12 +79,14 @@ type ProxySpec struct {
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 203.0.113.0/24 or 2001:db8::/32"
 	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
 
-	// extraUserData is cloud-init user-data appended after the operator's own
-	// (any format cloud-init accepts: #cloud-config, a shell script, ...). It
-	// runs on VM providers only and is stored in this object in clear text, so
-	// it must not carry secrets.
+	// extraUserData is cloud-init user-data that runs after the operator's
+	// own: a #cloud-config document (merged into the operator's, lists
+	// appended) or a script starting with #!. It runs on VM providers only
+	// and is stored in this object in clear text, so it must not carry
+	// secrets.
 	// +optional
 	// +kubebuilder:validation:MaxLength=32768
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('#cloud-config') || self.startsWith('#!')",message="must start with #cloud-config or #! (a script)"
 	ExtraUserData string `json:"extraUserData,omitempty"`
 }
 

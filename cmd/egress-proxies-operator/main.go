@@ -150,7 +150,7 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("creating the manager: %w", err)
 	}
 	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: cfg, Providers: providers, Metrics: m, Registerer: ctrlmetrics.Registry,
+		Config: cfg, Providers: providers, Metrics: m, Registerer: ctrlmetrics.Registry, Tracer: tracer,
 		PollInterval: f.pollInterval, ResyncInterval: f.resyncInterval, MaxConcurrentReconciles: f.workers,
 		HealthInterval: f.healthInterval, GCInterval: f.gcInterval, GCGracePeriod: f.gcGracePeriod,
 	}); err != nil {

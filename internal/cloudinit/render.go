@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ConfigPath is where tinyproxy reads its configuration on Debian, Ubuntu,
-// Fedora and Alpine alike.
+// ConfigPath is where tinyproxy reads its configuration on the systemd-based
+// distributions the rendered user-data supports (Debian, Ubuntu, Fedora).
 const ConfigPath = "/etc/tinyproxy/tinyproxy.conf"
 
 // Proxy is what the rendered user-data configures.

@@ -168,6 +168,8 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 
 	newBlock, known := reg[e.Type]
 	switch {
+	case len(reg) == 0:
+		errs = append(errs, field.Invalid(path.Child("type"), e.Type, "this build of the operator has no provider types registered"))
 	case e.Type == "":
 		errs = append(errs, field.Required(path.Child("type"), "one of: "+strings.Join(reg.Types(), ", ")))
 	case !known:

@@ -59,6 +59,12 @@ func TestAPIServerRejectsInvalidProxies(t *testing.T) {
 			want:   "metadata.name must be at most 63 characters",
 		},
 		{
+			name:   "extra user-data cloud-init cannot classify",
+			reason: "the renderer can only merge a #cloud-config or run a #! script",
+			mutate: func(p *crawlv1alpha1.Proxy) { p.Spec.ExtraUserData = "packages: [htop]" },
+			want:   "must start with #cloud-config or #!",
+		},
+		{
 			name:   "missing machine type",
 			reason: "required fields are required",
 			mutate: func(p *crawlv1alpha1.Proxy) { p.Spec.MachineType = "" },

@@ -128,7 +128,13 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 				log.V(1).Info("orphan within its grace period", "provider", name, "instanceID", in.ID)
 				continue
 			}
-			if err := prov.Delete(ctx, in.ID); err != nil && !provider.IsInProgress(err) {
+			err := prov.Delete(ctx, in.ID)
+			switch {
+			case provider.IsInProgress(err):
+				// Counted once it is gone, at a later pass.
+				log.V(1).Info("deletion of an orphaned instance under way", "provider", name, "instanceID", in.ID)
+				continue
+			case err != nil:
 				log.Info("deleting an orphaned instance failed; retrying at the next pass", "provider", name, "instanceID", in.ID, "error", err.Error())
 				if firstErr == nil {
 					firstErr = err

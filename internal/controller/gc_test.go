@@ -80,6 +80,7 @@ func TestGarbageCollectionDeletesOnlyOldOrphansOfOurs(t *testing.T) {
 }
 
 func TestGarbageCollectionSkipsAnEntryWhoseListingFails(t *testing.T) {
+	needEnvtest(t)
 	ctx := context.Background()
 	now := time.Now()
 	broken := fakeprovider.New(nil)

@@ -18,6 +18,7 @@ import (
 )
 
 func TestProviderHealthIsWrittenAndStaleEntriesRemoved(t *testing.T) {
+	needEnvtest(t)
 	ctx := context.Background()
 	// An object left by an entry that is no longer configured, and one a
 	// user made: only ours goes.

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,6 +55,9 @@ type ProxyReconciler struct {
 	Providers map[string]provider.Provider
 	// Metrics records create-to-ready durations and replacements.
 	Metrics *metrics.Metrics
+	// Tracer starts one span per reconcile, the parent of the provider
+	// calls' spans; nil traces nothing.
+	Tracer trace.Tracer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// PollInterval is how often an instance that is not yet Ready is looked
@@ -102,6 +108,9 @@ func (r *ProxyReconciler) defaults() {
 	if r.ResyncInterval == 0 {
 		r.ResyncInterval = DefaultResyncInterval
 	}
+	if r.Tracer == nil {
+		r.Tracer = noop.NewTracerProvider().Tracer("")
+	}
 	if r.Backoff == nil {
 		r.Backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](DefaultBackoffBase, DefaultBackoffMax)
 	}
@@ -111,6 +120,9 @@ func (r *ProxyReconciler) defaults() {
 // its status once, at the end.
 func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.defaults()
+	ctx, span := r.Tracer.Start(ctx, "Proxy.Reconcile", trace.WithAttributes(
+		attribute.String("k8s.namespace.name", req.Namespace), attribute.String("egress.proxy.name", req.Name)))
+	defer span.End()
 	var p crawlv1alpha1.Proxy
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -135,16 +147,26 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	switch {
-	case obs.providerErr == nil, provider.IsInProgress(obs.providerErr):
+	case obs.providerErr == nil:
 		r.Backoff.Forget(req)
+	case provider.IsInProgress(obs.providerErr):
+		// Whatever step returned it, come back: after the delay the
+		// provider asked for, or the poll interval when it named none.
+		r.Backoff.Forget(req)
+		after := provider.RetryAfterOf(obs.providerErr)
+		if after <= 0 {
+			after = r.PollInterval
+		}
+		res = ctrl.Result{RequeueAfter: after}
 	case provider.IsPermanent(obs.providerErr) && !obs.deleting:
 		// Latched: a human acts, and their change (a new generation or the
 		// retry annotation) triggers the next reconcile.
 		r.Backoff.Forget(req)
 	default:
 		// Transient errors, and every deletion failure: a finalizer must
-		// never be stuck behind a latch.
-		res = ctrl.Result{RequeueAfter: r.Backoff.When(req)}
+		// never be stuck behind a latch. A delay the API asked for wins
+		// when it is longer.
+		res = ctrl.Result{RequeueAfter: max(r.Backoff.When(req), provider.RetryAfterOf(obs.providerErr))}
 	}
 
 	if !controllerutil.ContainsFinalizer(&p, Finalizer) && !p.DeletionTimestamp.IsZero() {

@@ -93,6 +93,19 @@ func TestProxyGoesReadyAndKeepsSecretsOutOfEveryOutput(t *testing.T) {
 		t.Errorf("create-to-ready observations = %d, want 1", got)
 	}
 
+	// Provider calls are traced inside the reconcile that made them.
+	reconciles := map[string]bool{}
+	for _, sp := range op.spans.Ended() {
+		if sp.Name() == "Proxy.Reconcile" {
+			reconciles[sp.SpanContext().SpanID().String()] = true
+		}
+	}
+	for _, sp := range op.spans.Ended() {
+		if sp.Name() == "provider.create" && !reconciles[sp.Parent().SpanID().String()] {
+			t.Errorf("span provider.create has parent %s, not a Proxy.Reconcile span", sp.Parent().SpanID())
+		}
+	}
+
 	// Sentinel: the password must appear in no status, event, log line or
 	// span, even at verbosity 2.
 	statusJSON, _ := json.Marshal(p.Status)

@@ -98,8 +98,13 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 		}
 		if err := r.Client.Create(ctx, &s); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				// The cache only holds Secrets the operator labelled, so a
-				// Secret we did not see is someone else's.
+				if r.ownSecretExists(ctx, p, name) {
+					// Ours, just not in the cache yet: read it next time.
+					return nil, "", fmt.Errorf("credentials secret %s is not in the cache yet", name)
+				}
+				// The cache only holds Secrets the operator labelled, and
+				// the API server says this one is not controlled by this
+				// Proxy: someone else's.
 				return nil, fmt.Sprintf("Secret %s exists and was not created by the operator; it will not be overwritten. "+
 					"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
 			}
@@ -121,6 +126,19 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 	}
 	p.Status.CredentialsSecretName = name
 	return c, "", nil
+}
+
+// ownSecretExists reads a Secret from the API server and reports whether it
+// is controlled by p.
+func (r *ProxyReconciler) ownSecretExists(ctx context.Context, p *crawlv1alpha1.Proxy, name string) bool {
+	if r.APIReader == nil {
+		return false
+	}
+	var s corev1.Secret
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, &s); err != nil {
+		return false
+	}
+	return metav1.IsControlledBy(&s, p)
 }
 
 // syncCredentialsURL writes the ready-to-use URL with credentials into the

@@ -82,6 +82,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	}
 	if conflict != "" {
 		obs.credentialsConflict = conflict
+		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonCredentialsConflict {
+			r.event(p, corev1.EventTypeWarning, crawlv1alpha1.ReasonCredentialsConflict, "Credentials", "%s", conflict)
+		}
 		return ctrl.Result{}, obs, nil
 	}
 
@@ -102,7 +105,8 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		// copied from another object must not hand us its VM.
 		obs.providerErr = provider.NewPermanent(
 			fmt.Errorf("instance %s belongs to owner %s, not to this Proxy", inst.ID, inst.OwnerUID),
-			"clear status.instanceID or recreate the Proxy")
+			"recreate the Proxy; the operator will not adopt another Proxy's instance")
+		r.providerEvent(p, obs.providerErr)
 		return ctrl.Result{}, obs, nil
 	case inst.State == provider.StateStopped:
 		return r.replace(ctx, p, prov, "stopped", "the instance stopped")
@@ -134,7 +138,8 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 	if err != nil {
 		// The spec passed the API server's validation, so this is a bug or
 		// an input the renderer cannot take; a human must look.
-		obs.providerErr = provider.NewPermanent(fmt.Errorf("rendering cloud-init: %w", err), "check spec.extraUserData")
+		obs.providerErr = provider.NewPermanent(fmt.Errorf("rendering cloud-init: %w", err), "recreate the Proxy with a valid spec")
+		r.providerEvent(p, obs.providerErr)
 		return ctrl.Result{}, obs, nil
 	}
 	id, err := prov.Create(ctx, req)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +30,8 @@ type Options struct {
 	Providers map[string]provider.Provider
 	// Metrics are the operator's collectors.
 	Metrics *metrics.Metrics
+	// Tracer starts the reconcile spans; nil traces nothing.
+	Tracer trace.Tracer
 	// Registerer receives the proxies-by-phase collector; nil skips it.
 	Registerer prometheus.Registerer
 
@@ -61,7 +64,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	r := &ProxyReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
 		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
-		skipNameValidation: o.SkipNameValidation,
+		Tracer: o.Tracer, skipNameValidation: o.SkipNameValidation,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy controller: %w", err)

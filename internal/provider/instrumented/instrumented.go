@@ -75,7 +75,7 @@ func (w *wrapped) call(ctx context.Context, op provider.Op, id provider.ID, attr
 	if w.o.Metrics != nil {
 		w.o.Metrics.ProviderCallDuration.WithLabelValues(w.o.Name, w.o.Type, string(op), outcome).Observe(elapsed.Seconds())
 	}
-	log := w.log.WithValues("op", string(op), "duration", elapsed.Round(time.Millisecond).String())
+	log := w.logger(ctx).WithValues("op", string(op), "duration", elapsed.Round(time.Millisecond).String())
 	if id != "" {
 		log = log.WithValues("instanceID", string(id))
 	}
@@ -96,10 +96,19 @@ func (w *wrapped) call(ctx context.Context, op provider.Op, id provider.ID, attr
 	return err
 }
 
+// logger returns the caller's logger when the context carries one (the
+// reconciler's, which names the Proxy and the reconcile), else the default.
+func (w *wrapped) logger(ctx context.Context) logr.Logger {
+	if l, err := logr.FromContext(ctx); err == nil {
+		return l.WithValues("provider", w.o.Name)
+	}
+	return w.log
+}
+
 func (w *wrapped) Create(ctx context.Context, req provider.Request) (provider.ID, error) {
 	// Request detail at V(2): names only. UserData is a provider.Sensitive
 	// and would print as [redacted], but its length is all that is useful.
-	w.log.V(2).Info("create requested", "name", req.Name, "owner", req.Owner.String(), "ownerUID", req.OwnerUID,
+	w.logger(ctx).V(2).Info("create requested", "name", req.Name, "owner", req.Owner.String(), "ownerUID", req.OwnerUID,
 		"zone", req.Zone, "machineType", req.MachineType, "image", req.Image, "userDataBytes", req.UserData.Len(), "port", req.Proxy.Port)
 	var id provider.ID
 	err := w.call(ctx, provider.OpCreate, "", []attribute.KeyValue{attrInstanceName.String(req.Name), attrOwnerUID.String(req.OwnerUID)},
