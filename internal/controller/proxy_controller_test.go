@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 )
 
 func TestProxyGoesReadyAndKeepsSecretsOutOfEveryOutput(t *testing.T) {
@@ -414,4 +416,44 @@ func histogramCount(t *testing.T, op *operator, name string) uint64 {
 		}
 	}
 	return n
+}
+
+func TestCatalogueShrinkKeepsARunningInstance(t *testing.T) {
+	ns := newNamespace(t)
+	first := startOperator(t, operatorOptions{namespace: ns})
+	if err := k8s.Create(context.Background(), newProxy(ns, "web")); err != nil {
+		t.Fatal(err)
+	}
+	ready := waitPhase(t, ns, "web", crawlv1alpha1.ProxyPhaseReady, crawlv1alpha1.ReasonInstanceRunning)
+	first.stop()
+
+	// The operator restarts with a configuration that lost the Proxy's
+	// machine type: the instance still serves, so it stays Ready.
+	shrunk, err := config.Parse([]byte(`
+providers:
+  - name: lab
+    type: fake
+    zones: [rack-a, rack-b]
+    machineTypes:
+      - {name: large, cpus: 4, memoryMiB: 4096}
+    images: [debian-12]
+`), fakeprovider.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := startOperator(t, operatorOptions{namespace: ns, fake: first.fake, cfg: shrunk})
+	consistently(t, time.Second, func() (bool, string) {
+		p := getProxy(t, ns, "web")
+		return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.Status.Address == ready.Status.Address,
+			"phase " + string(p.Status.Phase)
+	})
+	// Only a replacement needs the spec to resolve; then it fails clearly.
+	second.fake.Vanish(provider.ID(ready.Status.InstanceID))
+	p := waitPhase(t, ns, "web", crawlv1alpha1.ProxyPhaseFailed, crawlv1alpha1.ReasonInvalidSpec)
+	if msg := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionReady).Message; !strings.Contains(msg, "machine types: large") {
+		t.Errorf("message %q does not list the machine types that exist", msg)
+	}
+	if n := len(second.fake.Instances()); n != 0 {
+		t.Errorf("instances = %d, want 0: nothing may be created from an unresolvable spec", n)
+	}
 }

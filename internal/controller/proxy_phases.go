@@ -55,18 +55,29 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		}
 	}
 
-	placement, err := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
-	if err != nil {
-		obs.specErr = err
+	placement, specErr := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
+	entry := r.Config.Entry(p.Spec.Provider)
+	switch {
+	case specErr != nil && (entry == nil || p.Status.InstanceID == ""):
+		obs.specErr = specErr
 		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
-			r.event(p, corev1.EventTypeWarning, eventInvalidSpec, "Resolve", "%v", err)
+			r.event(p, corev1.EventTypeWarning, eventInvalidSpec, "Resolve", "%v", specErr)
 		}
 		return ctrl.Result{}, obs, nil
+	case specErr != nil:
+		// The catalogue lost a zone, size or image after this instance was
+		// made. The instance still serves and is still watched; only a
+		// replacement would need the spec to resolve.
+		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
+			r.event(p, corev1.EventTypeWarning, eventInvalidSpec, "Resolve",
+				"%v; the running instance is kept, but could not be replaced if it died", specErr)
+		}
+	default:
+		p.Status.Zone = placement.Zone
 	}
-	p.Status.Zone = placement.Zone
-	prov, ok := r.Providers[placement.Entry.Name]
+	prov, ok := r.Providers[entry.Name]
 	if !ok {
-		return ctrl.Result{}, obs, fmt.Errorf("provider entry %q is configured but has no provider (a bug in the binary's type registry)", placement.Entry.Name)
+		return ctrl.Result{}, obs, fmt.Errorf("provider entry %q is configured but has no provider (a bug in the binary's type registry)", entry.Name)
 	}
 
 	if !retry && isLatched(p.Status, p.Generation) {
