@@ -53,6 +53,7 @@ type flags struct {
 	workers            int
 	enableHTTP2        bool
 	checkConfigAndExit bool
+	proxyImage         string
 }
 
 func main() {
@@ -72,6 +73,8 @@ func main() {
 	fs.IntVar(&f.workers, "max-concurrent-reconciles", 4, "Proxies reconciled in parallel.")
 	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve metrics over HTTP/2 (off by default: CVE-2023-44487, CVE-2023-39325).")
 	fs.BoolVar(&f.checkConfigAndExit, "check-config", false, "Validate the providers configuration, print a summary and exit.")
+	fs.StringVar(&f.proxyImage, "proxy-image", os.Getenv("OPERATOR_IMAGE"),
+		"The operator's own container image, run by kubernetes provider pods with the proxy subcommand (default: $OPERATOR_IMAGE).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -113,18 +116,6 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	providers := map[string]provider.Provider{}
-	for i := range cfg.Providers {
-		e := &cfg.Providers[i]
-		p, err := providerTypes[e.Type].build(e)
-		if err != nil {
-			return fmt.Errorf("provider %q: %w", e.Name, err)
-		}
-		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{
-			Name: e.Name, Type: e.Type, Metrics: m, Tracer: tracer, Log: ctrl.Log.WithName("provider"),
-		})
-	}
-
 	scheme := runtime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
 		return fmt.Errorf("building the scheme: %w", err)
@@ -144,10 +135,22 @@ func run(ctx context.Context, f flags) error {
 		LeaderElection:          f.leaderElect,
 		LeaderElectionID:        "egress-proxies-operator.crawl.example.com",
 		LeaderElectionNamespace: f.leaderElectionNS,
-		Cache:                   controller.CacheOptions(),
+		Cache:                   controller.CacheOptions(podNamespaces(cfg)...),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
+	}
+	d := deps{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), ownImage: f.proxyImage}
+	providers := map[string]provider.Provider{}
+	for i := range cfg.Providers {
+		e := &cfg.Providers[i]
+		p, err := providerTypes[e.Type].build(e, d)
+		if err != nil {
+			return fmt.Errorf("provider %q: %w", e.Name, err)
+		}
+		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{
+			Name: e.Name, Type: e.Type, Metrics: m, Tracer: tracer, Log: ctrl.Log.WithName("provider"),
+		})
 	}
 	if err := controller.SetupWithManager(mgr, controller.Options{
 		Config: cfg, Providers: providers, Metrics: m, Registerer: ctrlmetrics.Registry, Tracer: tracer,

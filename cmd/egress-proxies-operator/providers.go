@@ -1,26 +1,43 @@
 package main
 
 import (
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
+
+// deps are what provider constructors may use. None of them may contact the
+// infrastructure at construction: an unreachable provider shows in
+// ProviderHealth, it does not stop the operator.
+type deps struct {
+	// client is the manager's client (cached reads, direct writes).
+	client client.Client
+	// apiReader reads from the API server.
+	apiReader client.Reader
+	// ownImage is the operator's own container image (--proxy-image).
+	ownImage string
+}
 
 // providerType ties a provider type's configuration block to the code that
 // builds its provider from a configured entry.
 type providerType struct {
 	// block returns a pointer to a zero block, for the config package.
 	block func() config.Block
-	// build returns the provider of one entry. It must not contact the
-	// infrastructure: an unreachable provider shows in ProviderHealth, it
-	// does not stop the operator.
-	build func(e *config.Entry) (provider.Provider, error)
+	// build returns the provider of one entry.
+	build func(e *config.Entry, d deps) (provider.Provider, error)
 }
 
-// providerTypes is the one place where provider types are registered. The
-// proxmox, libvirt and kubernetes types are added here as they land; until
-// then a providers configuration has no type to name, and the operator says
-// so at start.
-var providerTypes = map[string]providerType{}
+// providerTypes is the one place where provider types are registered.
+var providerTypes = map[string]providerType{
+	config.KubernetesType: {
+		block: func() config.Block { return &config.KubernetesBlock{} },
+		build: func(e *config.Entry, d deps) (provider.Provider, error) {
+			return kubernetes.New(kubernetes.Options{Entry: e, Client: d.client, APIReader: d.apiReader, DefaultImage: d.ownImage})
+		},
+	},
+}
 
 // registry returns the config.Registry of the registered types.
 func registry() config.Registry {
@@ -29,4 +46,15 @@ func registry() config.Registry {
 		r[name] = t.block
 	}
 	return r
+}
+
+// podNamespaces returns the namespaces the kubernetes entries run pods in.
+func podNamespaces(cfg *config.Config) []string {
+	var out []string
+	for _, e := range cfg.Providers {
+		if b, ok := e.Block.(*config.KubernetesBlock); ok {
+			out = append(out, b.Namespace)
+		}
+	}
+	return out
 }

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -279,16 +279,16 @@ func validateNames(path *field.Path, names []string, what string) field.ErrorLis
 	return errs
 }
 
-// decodeStrict decodes JSON into v, rejecting unknown fields and trailing
-// data.
+// decodeStrict decodes JSON into v, rejecting unknown fields. Field names
+// match case-sensitively, as in Kubernetes objects: encoding/json would take
+// `hostnetwork` for `hostNetwork`, which hides typos.
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	strict, err := sigsjson.UnmarshalStrict(data, v)
+	if err != nil {
 		return cleanJSONError(err)
 	}
-	if dec.More() {
-		return errors.New("unexpected data after the end of the value")
+	if len(strict) > 0 {
+		return cleanJSONError(errors.Join(strict...))
 	}
 	return nil
 }

@@ -21,9 +21,13 @@ const maxInstanceName = 63
 // and the replacement count so that a replacement never shares one with the
 // instance it replaces.
 func instanceName(namespace, name, uid string, replacements int32) string {
-	suffix := "-" + dnsSafe(strings.ReplaceAll(uid, "-", ""))
-	if len(suffix) > 9 {
-		suffix = suffix[:9]
+	uidPart := strings.Trim(dnsSafe(strings.ReplaceAll(uid, "-", "")), "-")
+	if len(uidPart) > 8 {
+		uidPart = uidPart[:8]
+	}
+	suffix := ""
+	if uidPart != "" {
+		suffix = "-" + strings.TrimRight(uidPart, "-")
 	}
 	if replacements > 0 {
 		suffix += fmt.Sprintf("-r%d", replacements)

@@ -87,6 +87,11 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 		}
 		msg += " Then set the annotation " + crawlv1alpha1.AnnotationRetry + " on the Proxy to retry."
 		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonPermanentError, msg)
+	case provider.IsInProgress(obs.providerErr) && s.Phase == crawlv1alpha1.ProxyPhaseReplacing:
+		// The old instance is still being removed, or its successor made.
+		clearAddress()
+		set(crawlv1alpha1.ProxyPhaseReplacing, metav1.ConditionFalse, crawlv1alpha1.ReasonReplacing,
+			fmt.Sprintf("Replacing the instance: %v.", obs.providerErr))
 	case provider.IsInProgress(obs.providerErr):
 		set(crawlv1alpha1.ProxyPhaseProvisioning, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning,
 			fmt.Sprintf("Creating the instance: %v.", obs.providerErr))
