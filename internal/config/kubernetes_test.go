@@ -85,7 +85,10 @@ func TestKubernetesBlockDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := cfg.Providers[0].Block.(*config.KubernetesBlock)
+	b, ok := cfg.Providers[0].Block.(*config.KubernetesBlock)
+	if !ok {
+		t.Fatalf("block is %T", cfg.Providers[0].Block)
+	}
 	if diff := cmp.Diff(map[string]string{"topology.kubernetes.io/zone": "zone-b"}, b.NodeSelector("zone-b")); diff != "" {
 		t.Errorf("a zone without a selector matches the well-known zone label (-want +got):\n%s", diff)
 	}
