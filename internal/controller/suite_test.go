@@ -3,10 +3,8 @@ package controller_test
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,22 +13,18 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
@@ -39,58 +33,25 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
 // The envtest control plane is shared by every test of the package; each
 // test runs its own operator (manager) in its own namespace.
 var (
+	env        *testenv.Env
 	restConfig *rest.Config
 	k8s        client.Client
-	scheme     = runtime.NewScheme()
+	scheme     *runtime.Scheme
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	// Each operator under test logs to its own buffer; the global logger
-	// only catches client-go's background chatter.
-	logf.SetLogger(logr.Discard())
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if testing.Short() {
-			// Unit tests of the package still run; envtest cases skip.
-			os.Exit(m.Run())
+	os.Exit(testenv.Main(m, func(e *testenv.Env) {
+		env = e
+		if e != nil {
+			restConfig, k8s, scheme = e.Config, e.Client, e.Scheme
 		}
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, which builds kube-apiserver and etcd once "+
-			"(hack/envtest/setup.sh), or `go test -short` to skip the envtest suite")
-		os.Exit(1)
-	}
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := crawlv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	var err error
-	restConfig, err = env.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		os.Exit(1)
-	}
-	k8s, err = client.New(restConfig, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating client: %v\n", err)
-		_ = env.Stop()
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping envtest: %v\n", err)
-	}
-	os.Exit(code)
+	}))
 }
 
 // testConfig is a providers configuration with one fake entry "lab" with
@@ -239,9 +200,7 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 // needEnvtest skips an envtest case in -short mode without a control plane.
 func needEnvtest(t *testing.T) {
 	t.Helper()
-	if k8s == nil {
-		t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
-	}
+	testenv.Need(t, env)
 }
 
 // newNamespace creates a namespace for one test. Every envtest case starts
@@ -267,44 +226,15 @@ func newProxy(ns, name string) *crawlv1alpha1.Proxy {
 	}
 }
 
-// eventually polls cond every 25ms until it returns true or the timeout
-// passes, then fails the test with the last explanation cond gave.
+// eventually and consistently poll instead of sleeping.
 func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("condition not met within %s: %s", timeout, why)
-		case <-tick.C:
-		}
-	}
+	testenv.Eventually(t, timeout, cond)
 }
 
-// consistently fails the test if cond becomes false within d.
 func consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if ok, why := cond(); !ok {
-			t.Fatalf("condition broke: %s", why)
-		}
-		select {
-		case <-deadline.C:
-			return
-		case <-tick.C:
-		}
-	}
+	testenv.Consistently(t, d, cond)
 }
 
 // getProxy reads a Proxy from the API server.

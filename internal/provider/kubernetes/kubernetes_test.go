@@ -2,30 +2,24 @@ package kubernetes_test
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
@@ -34,54 +28,31 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
 // envtest has no kubelet, scheduler or garbage collector: the tests write
 // pod status themselves, as the issue asks, and check that the provider
 // removes what it made without relying on owner references.
 var (
-	env        *envtest.Environment
+	env        *testenv.Env
 	restConfig *rest.Config
 	k8s        client.Client
-	scheme     = runtime.NewScheme()
+	scheme     *runtime.Scheme
 )
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	logf.SetLogger(logr.Discard())
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if testing.Short() {
-			os.Exit(m.Run())
+	os.Exit(testenv.Main(m, func(e *testenv.Env) {
+		env = e
+		if e != nil {
+			restConfig, k8s, scheme = e.Config, e.Client, e.Scheme
 		}
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run `make test`, or `go test -short` to skip envtest cases")
-		os.Exit(1)
-	}
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
-		panic(err)
-	}
-	env = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "..", "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true, Scheme: scheme,
-	}
-	var err error
-	if restConfig, err = env.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "starting envtest: %v\n", err)
-		os.Exit(1)
-	}
-	if k8s, err = client.New(restConfig, client.Options{Scheme: scheme}); err != nil {
-		_ = env.Stop()
-		panic(err)
-	}
-	code := m.Run()
-	_ = env.Stop()
-	os.Exit(code)
+	}))
 }
 
 func needEnvtest(t *testing.T) {
 	t.Helper()
-	if k8s == nil {
-		t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
-	}
+	testenv.Need(t, env)
 }
 
 // newNamespace creates a namespace with a random name.
@@ -397,7 +368,7 @@ providers:
 	if got := missing.Check(ctx)[0].Reason; got != "NamespaceNotFound" {
 		t.Errorf("missing namespace: reason %s", got)
 	}
-	user, err := env.AddUser(envtest.User{Name: "powerless"}, nil)
+	user, err := env.Environment.AddUser(envtest.User{Name: "powerless"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,19 +499,5 @@ func TestProxyLifecycleOnAKubernetesEntry(t *testing.T) {
 // eventually polls cond until it holds or 20s pass.
 func eventually(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.NewTimer(20 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("not met within 20s: %s", why)
-		case <-tick.C:
-		}
-	}
+	testenv.Eventually(t, 20*time.Second, cond)
 }
