@@ -1,6 +1,7 @@
 // Command egress-proxies-operator runs the operator: it reconciles Proxy
 // objects with instances on the configured providers, collects orphaned
-// instances and reports provider health.
+// instances and reports provider health. Its `proxy` subcommand runs the
+// product's forward proxy, for the kubernetes provider's pods.
 package main
 
 import (
@@ -57,6 +58,21 @@ type flags struct {
 }
 
 func main() {
+	// `egress-proxies-operator proxy ...` runs the forward proxy itself, as
+	// the kubernetes provider's pods do: the image that runs the operator
+	// runs the proxies too.
+	if len(os.Args) > 1 && os.Args[1] == "proxy" {
+		ctrl.SetLogger(zap.New())
+		err := runProxy(ctrl.SetupSignalHandler(), os.Args[2:], os.Getenv, ctrl.Log.WithName("proxy"))
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return
+		case err != nil:
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	var f flags
 	fs := flag.CommandLine
 	fs.StringVar(&f.providersConfig, "providers-config", "/etc/egress-proxies/providers.yaml", "Path of the providers configuration (YAML).")

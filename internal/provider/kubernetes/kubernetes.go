@@ -199,7 +199,7 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		image = p.image
 	}
 	port := req.Proxy.Port
-	args := []string{"proxy", fmt.Sprintf("--listen=:%d", port), "--admin-listen="}
+	args := []string{"proxy", fmt.Sprintf("--listen=:%d", port), "--admin-listen=0"}
 	if len(req.Proxy.AllowedSourceRanges) > 0 {
 		ranges := make([]string, 0, len(req.Proxy.AllowedSourceRanges))
 		for _, r := range req.Proxy.AllowedSourceRanges {

@@ -157,7 +157,7 @@ func TestCreateBuildsAHardenedPodAndIsIdempotent(t *testing.T) {
 	}
 	pod := pods.Items[0]
 	c := pod.Spec.Containers[0]
-	if diff := cmp.Diff([]string{"proxy", "--listen=:3128", "--admin-listen=", "--allowed-source-ranges=203.0.113.0/24",
+	if diff := cmp.Diff([]string{"proxy", "--listen=:3128", "--admin-listen=0", "--allowed-source-ranges=203.0.113.0/24",
 		"--credentials-dir=/etc/egress-proxy/credentials"}, c.Args); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)
 	}

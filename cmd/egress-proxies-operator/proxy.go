@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+)
+
+// Environment variables that carry the proxy's credentials when
+// --credentials-dir is not set.
+const (
+	envProxyUsername = "PROXY_USERNAME"
+	envProxyPassword = "PROXY_PASSWORD"
+)
+
+// proxyAdminDrain is the shutdown window of the admin server, whose requests are
+// short.
+const proxyAdminDrain = 5 * time.Second
+
+// proxyOptions are the proxy subcommand's flags.
+type proxyOptions struct {
+	listen         string
+	adminListen    string
+	credentialsDir string
+	allowedRanges  string
+	allowOpen      bool
+	drain          time.Duration
+	dialTimeout    time.Duration
+	idleTimeout    time.Duration
+}
+
+// runProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
+// the proxy pods, until ctx is done; then it drains and returns nil. args
+// are the arguments after "proxy"; getenv reads the environment (os.Getenv).
+func runProxy(ctx context.Context, args []string, getenv func(string) string, log logr.Logger) error {
+	return serveProxy(ctx, args, getenv, log, nil)
+}
+
+// serveProxy is runProxy; ready, when not nil, is called with the proxy's
+// and the admin server's addresses once both listen (tests listen on port
+// 0 and learn the ports there).
+func serveProxy(ctx context.Context, args []string, getenv func(string) string, log logr.Logger, ready func(proxy, admin net.Addr)) error {
+	var o proxyOptions
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.listen, "listen", ":3128", "Address of the forward proxy.")
+	fs.StringVar(&o.adminListen, "admin-listen", ":9090", "Address of /healthz and /metrics; 0 disables it.")
+	fs.StringVar(&o.credentialsDir, "credentials-dir", "", "Directory with the files username and password (a mounted Secret); when empty, "+envProxyUsername+" and "+envProxyPassword+" are used.")
+	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served (default: any client with the credentials).")
+	fs.BoolVar(&o.allowOpen, "allow-open", false, "Run without credentials and without --allowed-source-ranges, as an open proxy.")
+	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long in-flight requests and CONNECT tunnels may go on.")
+	fs.DurationVar(&o.dialTimeout, "dial-timeout", forwardproxy.DefaultDialTimeout, "Timeout of a dial to an upstream server.")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A CONNECT tunnel without traffic for that long is closed.")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator proxy [flags]")
+			fs.PrintDefaults()
+		}
+		return fmt.Errorf("proxy: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("proxy: unexpected arguments %q", fs.Args())
+	}
+	cfg, err := o.config(getenv)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return fmt.Errorf("proxy: registering metrics: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return fmt.Errorf("proxy: registering metrics: %w", err)
+	}
+	if cfg.Metrics, err = forwardproxy.NewMetrics(reg); err != nil {
+		return fmt.Errorf("proxy: registering metrics: %w", err)
+	}
+	cfg.Log = log.WithName("forward")
+	p, err := forwardproxy.New(cfg)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+
+	var lc net.ListenConfig
+	proxyLn, err := lc.Listen(ctx, "tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("proxy: --listen: %w", err)
+	}
+	var adminLn net.Listener
+	var adminAddr net.Addr
+	adminDesc := "disabled"
+	if o.adminListen != "0" {
+		if adminLn, err = lc.Listen(ctx, "tcp", o.adminListen); err != nil {
+			_ = proxyLn.Close()
+			return fmt.Errorf("proxy: --admin-listen: %w", err)
+		}
+		adminAddr = adminLn.Addr()
+		adminDesc = adminAddr.String()
+	}
+	auth := "none"
+	if cfg.Username != "" {
+		auth = "basic"
+	}
+	log.Info("forward proxy listening", "listen", proxyLn.Addr().String(), "admin", adminDesc,
+		"auth", auth, "allowedSourceRanges", fmt.Sprint(cfg.AllowedSourceRanges), "allowOpen", cfg.AllowOpen, "drain", o.drain)
+	if ready != nil {
+		ready(proxyLn.Addr(), adminAddr)
+	}
+
+	// The admin server outlives the proxy's drain, so that /metrics shows
+	// it; either server failing stops the other.
+	proxyCtx, stopProxy := context.WithCancel(ctx)
+	defer stopProxy()
+	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopAdmin()
+	results := make(chan error, 2)
+	stopLogging := context.AfterFunc(ctx, func() { log.Info("forward proxy shutting down", "drain", o.drain) })
+	defer stopLogging()
+	go func() {
+		err := forwardproxy.Serve(proxyCtx, proxyLn, p, o.drain)
+		if err != nil {
+			err = fmt.Errorf("proxy: serving --listen %s: %w", o.listen, err)
+		}
+		stopAdmin()
+		results <- err
+	}()
+	running := 1
+	if adminLn != nil {
+		running++
+		go func() {
+			err := forwardproxy.Serve(adminCtx, adminLn, proxyAdminHandler(reg), proxyAdminDrain)
+			if err != nil {
+				err = fmt.Errorf("proxy: serving --admin-listen %s: %w", o.adminListen, err)
+			}
+			stopProxy()
+			results <- err
+		}()
+	}
+	var errs []error
+	for range running {
+		errs = append(errs, <-results)
+	}
+	p.CloseIdleConnections()
+	log.Info("forward proxy stopped")
+	return errors.Join(errs...)
+}
+
+// config turns the options and the environment into a forwardproxy.Config
+// without Metrics and Log.
+func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, error) {
+	cfg := forwardproxy.Config{AllowOpen: o.allowOpen, DialTimeout: o.dialTimeout, IdleTimeout: o.idleTimeout}
+	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 {
+		return cfg, errors.New("--drain, --dial-timeout and --idle-timeout must not be negative")
+	}
+	for s := range strings.SplitSeq(o.allowedRanges, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		r, err := netip.ParsePrefix(s)
+		if err != nil {
+			return cfg, fmt.Errorf("--allowed-source-ranges: %q is not a CIDR such as 10.0.0.0/8: %w", s, err)
+		}
+		cfg.AllowedSourceRanges = append(cfg.AllowedSourceRanges, r)
+	}
+	var err error
+	if o.credentialsDir != "" {
+		if cfg.Username, err = readProxyCredential(o.credentialsDir, "username"); err != nil {
+			return cfg, err
+		}
+		if cfg.Password, err = readProxyCredential(o.credentialsDir, "password"); err != nil {
+			return cfg, err
+		}
+	} else {
+		cfg.Username, cfg.Password = getenv(envProxyUsername), getenv(envProxyPassword)
+		if (cfg.Username == "") != (cfg.Password == "") {
+			return cfg, fmt.Errorf("set both %s and %s, or neither", envProxyUsername, envProxyPassword)
+		}
+	}
+	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
+		return cfg, fmt.Errorf("refusing to run an open proxy: no credentials (--credentials-dir, or %s and %s) and no --allowed-source-ranges; pass --allow-open to run one on purpose",
+			envProxyUsername, envProxyPassword)
+	}
+	return cfg, nil
+}
+
+// readProxyCredential reads dir/name, without trailing newlines (files written
+// by hand or with echo end with one). The error names the file, never its
+// content.
+func readProxyCredential(dir, name string) (string, error) {
+	path := filepath.Join(dir, name)
+	b, err := os.ReadFile(path) //nolint:gosec // G304: the path comes from the operator's own --credentials-dir flag
+	if err != nil {
+		return "", fmt.Errorf("--credentials-dir: reading the %s: %w", name, err)
+	}
+	s := strings.TrimRight(string(b), "\r\n")
+	if s == "" {
+		return "", fmt.Errorf("--credentials-dir: %s is empty", path)
+	}
+	return s, nil
+}
+
+// proxyAdminHandler serves /healthz and /metrics.
+func proxyAdminHandler(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok")
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	return mux
+}

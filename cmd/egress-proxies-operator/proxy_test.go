@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/google/go-cmp/cmp"
+)
+
+// proxyPassword is the sentinel of these tests: it must never show in logs
+// or errors.
+const proxyPassword = "Pr0xy-sentinel-9b1d"
+
+// proxyWait bounds every wait in these tests.
+const proxyWait = 20 * time.Second
+
+type proxyLogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *proxyLogBuffer) write(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *proxyLogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// proxyEnv returns a getenv that reads env.
+func proxyEnv(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// proxyCredentialsDir writes a mounted-Secret-like directory; a file whose
+// content is nil is not written.
+func proxyCredentialsDir(t *testing.T, username, password []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range map[string][]byte{"username": username, "password": password} {
+		if content == nil {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestRunProxyServes(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello from the origin")
+	}))
+	t.Cleanup(origin.Close)
+	// Files as `kubectl create secret --from-file` or echo leave them:
+	// with a trailing newline.
+	dir := proxyCredentialsDir(t, []byte("crawler\n"), []byte(proxyPassword+"\n"))
+	logs := &proxyLogBuffer{}
+	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 2})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs)
+		}
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type addrs struct{ proxy, admin net.Addr }
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--credentials-dir", dir, "--drain", "1m"}
+	// The environment's credentials lose to the directory's.
+	env := proxyEnv(map[string]string{envProxyUsername: "envuser", envProxyPassword: "envpass"})
+	go func() {
+		done <- serveProxy(ctx, args, env, log, func(proxy, admin net.Addr) { ready <- addrs{proxy, admin} })
+	}()
+	var a addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("runProxy returned %v before listening", err)
+	case <-time.After(proxyWait):
+		t.Fatal("runProxy did not listen")
+	}
+
+	for _, tc := range []struct {
+		name       string
+		reason     string
+		user       *url.Userinfo
+		wantStatus int
+		wantBody   string
+	}{
+		{name: "credentials from the directory", reason: "the mounted Secret's credentials, newline trimmed, open the proxy",
+			user: url.UserPassword("crawler", proxyPassword), wantStatus: http.StatusOK, wantBody: "hello from the origin"},
+		{name: "with the newline", reason: "the trailing newline is not part of the password",
+			user: url.UserPassword("crawler", proxyPassword+"\n"), wantStatus: http.StatusProxyAuthRequired, wantBody: "proxy authentication required\n"},
+		{name: "credentials from the environment", reason: "--credentials-dir wins over PROXY_USERNAME/PROXY_PASSWORD",
+			user: url.UserPassword("envuser", "envpass"), wantStatus: http.StatusProxyAuthRequired, wantBody: "proxy authentication required\n"},
+		{name: "no credentials", reason: "the proxy is not open",
+			wantStatus: http.StatusProxyAuthRequired, wantBody: "proxy authentication required\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxyURL := &url.URL{Scheme: "http", Host: a.proxy.String(), User: tc.user}
+			tr := &http.Transport{Proxy: http.ProxyURL(proxyURL), DisableKeepAlives: true}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: proxyWait}).Get(origin.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = resp.Body.Close() }()
+			body, _ := io.ReadAll(resp.Body)
+			if diff := cmp.Diff(tc.wantStatus, resp.StatusCode); diff != "" {
+				t.Errorf("%s: status (-want +got):\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.wantBody, string(body)); diff != "" {
+				t.Errorf("%s: body (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+
+	admin := &http.Client{Timeout: proxyWait}
+	status, body := proxyAdminGet(t, admin, "http://"+a.admin.String()+"/healthz")
+	if diff := cmp.Diff([]any{http.StatusOK, "ok"}, []any{status, body}); diff != "" {
+		t.Errorf("/healthz (-want +got):\n%s", diff)
+	}
+	status, body = proxyAdminGet(t, admin, "http://"+a.admin.String()+"/metrics")
+	if status != http.StatusOK {
+		t.Errorf("/metrics status = %d", status)
+	}
+	for _, want := range []string{
+		`egress_proxies_forward_requests_total{code="200",method="HTTP"} 1`,
+		`egress_proxies_forward_requests_total{code="407",method="HTTP"} 3`,
+		"go_goroutines ",
+		"process_cpu_seconds_total ",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// A CONNECT tunnel open at shutdown lives on during the --drain
+	// period (a minute here), and runProxy returns once it ends.
+	tunnel := proxyConnect(t, a.proxy.String(), strings.TrimPrefix(origin.URL, "http://"), "crawler", proxyPassword)
+	cancel()
+	proxyEventually(t, "new connections refused", func() bool {
+		c, err := net.DialTimeout("tcp", a.proxy.String(), time.Second)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err != nil
+	})
+	if _, err := io.WriteString(tunnel, "GET / HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(tunnel); err != nil || !strings.HasSuffix(string(got), "hello from the origin") {
+		t.Errorf("request through a tunnel during the drain = %q, %v", got, err)
+	}
+	_ = tunnel.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("runProxy = %v after shutdown, want nil", err)
+		}
+	case <-time.After(proxyWait):
+		t.Fatal("runProxy did not return after its context was cancelled and the tunnel closed")
+	}
+	out := logs.String()
+	for _, want := range []string{`"msg"="forward proxy listening"`, `"auth"="basic"`, `"msg"="request"`, `"msg"="forward proxy stopped"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the logs lack %s", want)
+		}
+	}
+	if strings.Contains(out, proxyPassword) {
+		t.Errorf("the logs show the password:\n%s", out)
+	}
+}
+
+// proxyConnect opens a CONNECT tunnel through the proxy at proxyAddr.
+func proxyConnect(t *testing.T, proxyAddr, target, user, pass string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", proxyAddr, proxyWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(proxyWait))
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+	if _, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\nProxy-Authorization: Basic "+auth+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// Read the answer byte by byte, so that nothing of the tunnel is
+	// buffered here.
+	var head []byte
+	b := make([]byte, 1)
+	for !strings.HasSuffix(string(head), "\r\n\r\n") {
+		if _, err := c.Read(b); err != nil {
+			t.Fatalf("reading the CONNECT answer: %v", err)
+		}
+		head = append(head, b[0])
+	}
+	if !strings.HasPrefix(string(head), "HTTP/1.1 200 ") {
+		t.Fatalf("CONNECT answer %q", head)
+	}
+	return c
+}
+
+// proxyEventually polls cond every 10 ms until it holds or proxyWait passes.
+func proxyEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(proxyWait)
+	defer deadline.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func proxyAdminGet(t *testing.T, c *http.Client, u string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func TestRunProxyRefuses(t *testing.T) {
+	full := proxyCredentialsDir(t, []byte("crawler\n"), []byte(proxyPassword+"\n"))
+	noPassword := proxyCredentialsDir(t, []byte("crawler\n"), nil)
+	noUsername := proxyCredentialsDir(t, nil, []byte(proxyPassword+"\n"))
+	emptyPassword := proxyCredentialsDir(t, []byte("crawler\n"), []byte("\n"))
+	for _, tc := range []struct {
+		name   string
+		reason string
+		args   []string
+		env    map[string]string
+		want   []string
+	}{
+		{
+			name: "bad CIDR", reason: "a typo in the allow-list must not widen or empty it silently",
+			args: []string{"--credentials-dir", full, "--allowed-source-ranges", "10.0.0.0/8, 10.0.0.0/33"},
+			want: []string{"--allowed-source-ranges", `"10.0.0.0/33"`},
+		},
+		{
+			name: "open", reason: "no credentials and no ranges would be an open proxy",
+			want: []string{"refusing to run an open proxy", "--credentials-dir", "PROXY_USERNAME", "--allowed-source-ranges", "--allow-open"},
+		},
+		{
+			name: "missing password file", reason: "a Secret without the password key is a broken mount, not 'no auth'",
+			args: []string{"--credentials-dir", noPassword},
+			want: []string{"--credentials-dir", filepath.Join(noPassword, "password")},
+		},
+		{
+			name: "missing username file", reason: "the username is needed too",
+			args: []string{"--credentials-dir", noUsername},
+			want: []string{"--credentials-dir", filepath.Join(noUsername, "username")},
+		},
+		{
+			name: "empty password file", reason: "an empty password would never match",
+			args: []string{"--credentials-dir", emptyPassword},
+			want: []string{"--credentials-dir", filepath.Join(emptyPassword, "password"), "is empty"},
+		},
+		{
+			name: "half the environment", reason: "PROXY_USERNAME without PROXY_PASSWORD is a mistake",
+			env:  map[string]string{envProxyUsername: "crawler"},
+			want: []string{"PROXY_USERNAME", "PROXY_PASSWORD"},
+		},
+		{
+			name: "bad duration", reason: "flag errors name the flag",
+			args: []string{"--allow-open", "--drain", "soon"},
+			want: []string{"-drain"},
+		},
+		{
+			name: "unknown flag", reason: "a misspelt flag is not ignored",
+			args: []string{"--allow-open", "--listn", ":1"},
+			want: []string{"-listn"},
+		},
+		{
+			name: "argument", reason: "the subcommand takes no arguments",
+			args: []string{"--allow-open", "extra"},
+			want: []string{"unexpected arguments", "extra"},
+		},
+		{
+			name: "bad listen address", reason: "a listen failure names the flag",
+			args: []string{"--allow-open", "--listen", "127.0.0.1:99999"},
+			want: []string{"--listen"},
+		},
+		{
+			name: "bad admin address", reason: "an admin listen failure names the flag",
+			args: []string{"--allow-open", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:99999"},
+			want: []string{"--admin-listen"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A cancelled context: if runProxy wrongly accepts the
+			// arguments, it stops at once and returns nil.
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0"}, tc.args...)
+			err := runProxy(ctx, args, proxyEnv(tc.env), funcr.New(func(string, string) {}, funcr.Options{}))
+			if err == nil {
+				t.Fatalf("%s: runProxy accepted %q", tc.reason, tc.args)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q lacks %q", tc.reason, err, w)
+				}
+			}
+			if strings.Contains(err.Error(), proxyPassword) {
+				t.Errorf("the error shows the password: %q", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,79 @@
+package forwardproxy
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// realm is the Basic realm that 407 responses announce.
+const realm = "egress-proxy"
+
+// basicAuth checks Proxy-Authorization Basic credentials. It keeps only the
+// SHA-256 digests of the expected username and password: comparing digests
+// of equal length in constant time reveals neither the content nor the
+// length of the credentials, and a printed Proxy holds no secret.
+type basicAuth struct {
+	user, pass [sha256.Size]byte
+}
+
+func newBasicAuth(username, password string) *basicAuth {
+	return &basicAuth{user: sha256.Sum256([]byte(username)), pass: sha256.Sum256([]byte(password))}
+}
+
+// check reports whether h carries the expected credentials.
+func (a *basicAuth) check(h http.Header) bool {
+	scheme, encoded, ok := strings.Cut(strings.TrimSpace(h.Get("Proxy-Authorization")), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
+	if err != nil {
+		return false
+	}
+	user, pass, ok := strings.Cut(string(raw), ":")
+	if !ok {
+		return false
+	}
+	u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+	// Both comparisons run whatever the first one says.
+	return subtle.ConstantTimeCompare(u[:], a.user[:])&subtle.ConstantTimeCompare(p[:], a.pass[:]) == 1
+}
+
+// sourceAllowed reports whether remoteAddr (an http.Request's RemoteAddr,
+// "ip:port") is in one of ranges; an empty list allows every source. An
+// address that does not parse is refused.
+func sourceAllowed(ranges []netip.Prefix, remoteAddr string) bool {
+	if len(ranges) == 0 {
+		return true
+	}
+	ip, ok := remoteIP(remoteAddr)
+	if !ok {
+		return false
+	}
+	for _, r := range ranges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// remoteIP returns the IP of remoteAddr, with an IPv4-mapped IPv6 address
+// (what a dual-stack listener reports for an IPv4 client) turned into IPv4
+// so that IPv4 ranges match it, and without an IPv6 zone.
+func remoteIP(remoteAddr string) (netip.Addr, bool) {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ip.Unmap().WithZone(""), true
+}

@@ -1,0 +1,386 @@
+package forwardproxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for the zero values of Config's timeouts.
+const (
+	// DefaultDialTimeout bounds a dial to an upstream server.
+	DefaultDialTimeout = 10 * time.Second
+	// DefaultIdleTimeout is how long a CONNECT tunnel may carry no bytes
+	// either way, and how long an idle upstream keep-alive connection is
+	// kept.
+	DefaultIdleTimeout = 5 * time.Minute
+)
+
+// Dialer opens connections to upstream servers; *net.Dialer is one.
+type Dialer interface {
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Config configures a Proxy. Its printed forms (fmt, logr, slog, JSON)
+// never show the credentials.
+type Config struct {
+	// Username and Password are the Basic credentials that clients must
+	// send in Proxy-Authorization. Both empty: no authentication. One
+	// without the other is refused, and so is a username with a colon.
+	Username, Password string
+	// AllowedSourceRanges are the client addresses served; empty: any.
+	AllowedSourceRanges []netip.Prefix
+	// AllowOpen must be set to run without credentials and without
+	// allowed source ranges, that is as an open proxy; New refuses such a
+	// Config otherwise.
+	AllowOpen bool
+	// DialTimeout bounds each dial to an upstream server; zero means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+	// IdleTimeout closes a CONNECT tunnel that carried no bytes either way
+	// for that long, and idle upstream keep-alive connections; zero means
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// Dialer dials upstream servers; nil means a net.Dialer.
+	Dialer Dialer
+	// Metrics records requests, durations, bytes and open connections;
+	// nil records nothing.
+	Metrics *Metrics
+	// Log receives one line per request at V(1).
+	Log logr.Logger
+}
+
+// String describes c without its credentials.
+func (c Config) String() string {
+	auth := "none"
+	if c.Username != "" || c.Password != "" {
+		auth = "basic " + redacted
+	}
+	return fmt.Sprintf("forwardproxy.Config{Auth: %s, AllowedSourceRanges: %v, AllowOpen: %t, DialTimeout: %s, IdleTimeout: %s}",
+		auth, c.AllowedSourceRanges, c.AllowOpen, c.DialTimeout, c.IdleTimeout)
+}
+
+// Format implements fmt.Formatter, so that every verb, %#v and %+v
+// included, prints String and never the credentials.
+func (c Config) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, c.String()) }
+
+// MarshalJSON implements json.Marshaler, for JSON encoders that would
+// otherwise write the fields (slog's JSONHandler). Loggers that use
+// fmt.Stringer (logr's funcr, zap) print String.
+func (c Config) MarshalJSON() ([]byte, error) { return json.Marshal(c.String()) }
+
+const redacted = "[redacted]"
+
+// Proxy is an HTTP forward proxy; see the package documentation. It is an
+// http.Handler: serve it with Serve, which also drains CONNECT tunnels.
+type Proxy struct {
+	auth        *basicAuth // nil: no authentication
+	ranges      []netip.Prefix
+	dialer      Dialer
+	dialTimeout time.Duration
+	idleTimeout time.Duration
+	metrics     *Metrics
+	log         logr.Logger
+	transport   *http.Transport
+	forwarder   *httputil.ReverseProxy
+}
+
+// New checks cfg and builds a Proxy.
+func New(cfg Config) (*Proxy, error) {
+	if (cfg.Username == "") != (cfg.Password == "") {
+		return nil, errors.New("forwardproxy: username and password must be set together")
+	}
+	if strings.Contains(cfg.Username, ":") {
+		return nil, errors.New("forwardproxy: the username must not contain a colon (Basic authentication cannot carry it)")
+	}
+	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
+		return nil, errors.New("forwardproxy: refusing to run an open proxy: set credentials or allowed source ranges, or AllowOpen to run one on purpose")
+	}
+	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 {
+		return nil, errors.New("forwardproxy: timeouts must not be negative")
+	}
+	p := &Proxy{
+		dialer:      cfg.Dialer,
+		dialTimeout: cfg.DialTimeout,
+		idleTimeout: cfg.IdleTimeout,
+		metrics:     cfg.Metrics,
+		log:         cfg.Log,
+	}
+	if cfg.Username != "" {
+		p.auth = newBasicAuth(cfg.Username, cfg.Password)
+	}
+	for _, r := range cfg.AllowedSourceRanges {
+		if !r.IsValid() {
+			return nil, fmt.Errorf("forwardproxy: invalid allowed source range %v", r)
+		}
+		if r.Addr().Is4In6() && r.Bits() >= 96 {
+			// Clients' IPv4-mapped addresses are compared as IPv4.
+			r = netip.PrefixFrom(r.Addr().Unmap(), r.Bits()-96)
+		}
+		p.ranges = append(p.ranges, r.Masked())
+	}
+	if p.dialer == nil {
+		p.dialer = &net.Dialer{}
+	}
+	if p.dialTimeout == 0 {
+		p.dialTimeout = DefaultDialTimeout
+	}
+	if p.idleTimeout == 0 {
+		p.idleTimeout = DefaultIdleTimeout
+	}
+	p.transport = &http.Transport{
+		// Proxy stays nil: never chain to the environment's proxy.
+		DialContext: p.dial,
+		// Pass the client's Accept-Encoding and the origin's encoding
+		// through untouched.
+		DisableCompression:    true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   8,
+		IdleConnTimeout:       p.idleTimeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	p.forwarder = &httputil.ReverseProxy{
+		// The request URL is already the absolute upstream URL. Rewrite
+		// (rather than Director) also drops client-sent X-Forwarded-*
+		// and Forwarded headers and adds none; ReverseProxy strips the
+		// hop-by-hop headers, Proxy-Authorization and Proxy-Connection
+		// included, which are deleted here once more on purpose.
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.Header.Del("Proxy-Authorization")
+			pr.Out.Header.Del("Proxy-Connection")
+		},
+		Transport:     p.transport,
+		FlushInterval: -1,
+		ErrorHandler:  p.upstreamError,
+	}
+	return p, nil
+}
+
+// CloseIdleConnections closes the idle keep-alive connections to upstream
+// servers.
+func (p *Proxy) CloseIdleConnections() { p.transport.CloseIdleConnections() }
+
+func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
+	defer cancel()
+	return p.dialer.DialContext(ctx, network, addr)
+}
+
+// exchange is what is known of one request, for its log line and metrics.
+type exchange struct {
+	start    time.Time
+	method   string // MethodConnect or MethodHTTP
+	status   int
+	err      error
+	up, down atomic.Int64
+}
+
+func (x *exchange) refuse(w http.ResponseWriter, code int, msg string) {
+	x.status = code
+	http.Error(w, msg, code)
+}
+
+type exchangeKey struct{}
+
+// ServeHTTP implements http.Handler.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{start: time.Now(), method: MethodHTTP}
+	if r.Method == http.MethodConnect {
+		x.method = MethodConnect
+	}
+	defer p.finish(r, x)
+	switch {
+	case !sourceAllowed(p.ranges, r.RemoteAddr):
+		x.refuse(w, http.StatusForbidden, "source address not allowed")
+	case p.auth != nil && !p.auth.check(r.Header):
+		w.Header().Set("Proxy-Authenticate", `Basic realm="`+realm+`"`)
+		x.refuse(w, http.StatusProxyAuthRequired, "proxy authentication required")
+	case r.Method == http.MethodConnect:
+		p.connect(w, r, x)
+	default:
+		p.forward(w, r, x)
+	}
+}
+
+// finish records the request's metrics and logs its line. It runs deferred,
+// also when ReverseProxy aborts a response with http.ErrAbortHandler.
+func (p *Proxy) finish(r *http.Request, x *exchange) {
+	d := time.Since(x.start)
+	if p.metrics != nil {
+		p.metrics.Requests.WithLabelValues(x.method, strconv.Itoa(x.status)).Inc()
+		p.metrics.RequestDuration.WithLabelValues(x.method).Observe(d.Seconds())
+	}
+	if log := p.log.V(1); log.Enabled() {
+		// r.Host is the request target's host[:port]: it never holds the
+		// userinfo of an absolute URL, and Proxy-Authorization is not
+		// logged.
+		kv := []any{"method", r.Method, "host", r.Host, "source", r.RemoteAddr, "status", x.status,
+			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d}
+		if x.err != nil {
+			kv = append(kv, "error", x.err.Error())
+		}
+		log.Info("request", kv...)
+	}
+}
+
+func (p *Proxy) active(delta float64) {
+	if p.metrics != nil {
+		p.metrics.ActiveConnections.Add(delta)
+	}
+}
+
+// counter returns the function that counts n bytes in direction up or down.
+func (p *Proxy) counter(x *exchange, up bool) func(n int) {
+	total, metric := &x.down, prometheus.Counter(nil)
+	if up {
+		total = &x.up
+	}
+	if p.metrics != nil {
+		metric = p.metrics.down
+		if up {
+			metric = p.metrics.up
+		}
+	}
+	return func(n int) {
+		if n <= 0 {
+			return
+		}
+		total.Add(int64(n))
+		if metric != nil {
+			metric.Add(float64(n))
+		}
+	}
+}
+
+// forward relays an absolute-form request to its origin.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
+	if !r.URL.IsAbs() || r.URL.Host == "" {
+		x.refuse(w, http.StatusBadRequest, "not a proxy request: the request target must be an absolute http:// URL")
+		return
+	}
+	if r.URL.Scheme != "http" {
+		x.refuse(w, http.StatusBadRequest, "only http:// URLs are forwarded; use CONNECT for anything else")
+		return
+	}
+	p.active(1)
+	defer p.active(-1)
+	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	if r.Body != nil {
+		out.Body = &countingBody{ReadCloser: r.Body, count: p.counter(x, true)}
+	}
+	p.forwarder.ServeHTTP(&statusWriter{ResponseWriter: w, x: x, count: p.counter(x, false)}, out)
+}
+
+// upstreamError answers a request whose upstream round trip failed.
+func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if x, ok := r.Context().Value(exchangeKey{}).(*exchange); ok {
+		x.err = err
+	}
+	http.Error(w, "bad gateway: the upstream server could not be reached", http.StatusBadGateway)
+}
+
+// connect tunnels a CONNECT request: it dials the target, hijacks the
+// client's connection, answers 200 and splices the two.
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) {
+	target := r.Host
+	if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
+		x.refuse(w, http.StatusBadRequest, "CONNECT needs a host:port target")
+		return
+	}
+	p.active(1)
+	defer p.active(-1)
+	upstream, err := p.dial(r.Context(), "tcp", target)
+	if err != nil {
+		x.err = err
+		x.refuse(w, http.StatusBadGateway, "bad gateway: the upstream server could not be reached")
+		return
+	}
+	client, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		_ = upstream.Close()
+		x.err = err
+		x.refuse(w, http.StatusInternalServerError, "cannot tunnel on this connection")
+		return
+	}
+	x.status = http.StatusOK
+	// The server may have left deadlines on the connection; the tunnel
+	// has its own idle timeout.
+	_ = client.SetDeadline(time.Time{})
+	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		_ = client.Close()
+		_ = upstream.Close()
+		x.err = err
+		return
+	}
+	// A client may send its first bytes (a TLS ClientHello) without waiting
+	// for the 200; the server may already have read them.
+	var fromClient io.Reader = client
+	if n := brw.Reader.Buffered(); n > 0 {
+		early, _ := brw.Peek(n)
+		fromClient = io.MultiReader(bytes.NewReader(early), client)
+	}
+	x.err = p.splice(client, fromClient, upstream, x)
+}
+
+// countingBody counts the bytes read from a request body.
+type countingBody struct {
+	io.ReadCloser
+	count func(int)
+}
+
+func (b *countingBody) Read(buf []byte) (int, error) {
+	n, err := b.ReadCloser.Read(buf)
+	b.count(n)
+	return n, err
+}
+
+// statusWriter records the final status and counts the body bytes written.
+// ReverseProxy reaches Flush through Unwrap (http.ResponseController).
+type statusWriter struct {
+	http.ResponseWriter
+	x     *exchange
+	count func(int)
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.x.status == 0 && code >= http.StatusOK {
+		s.x.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.x.status == 0 {
+		s.x.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.count(n)
+	return n, err
+}
+
+// Hijack is called by ReverseProxy for a 101 Switching Protocols response
+// (WebSocket), which it then writes to the connection itself.
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(s.ResponseWriter).Hijack()
+	if err == nil && s.x.status == 0 {
+		s.x.status = http.StatusSwitchingProtocols
+	}
+	return c, brw, err
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
