@@ -175,7 +175,7 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 		}
 		r, err := netip.ParsePrefix(s)
 		if err != nil {
-			return cfg, fmt.Errorf("--allowed-source-ranges: %q is not a CIDR such as 10.0.0.0/8: %w", s, err)
+			return cfg, fmt.Errorf("--allowed-source-ranges: %q is not a CIDR such as 203.0.113.0/24: %w", s, err)
 		}
 		cfg.AllowedSourceRanges = append(cfg.AllowedSourceRanges, r)
 	}

@@ -265,8 +265,8 @@ func TestRunProxyRefuses(t *testing.T) {
 	}{
 		{
 			name: "bad CIDR", reason: "a typo in the allow-list must not widen or empty it silently",
-			args: []string{"--credentials-dir", full, "--allowed-source-ranges", "10.0.0.0/8, 10.0.0.0/33"},
-			want: []string{"--allowed-source-ranges", `"10.0.0.0/33"`},
+			args: []string{"--credentials-dir", full, "--allowed-source-ranges", "203.0.113.0/24, 203.0.113.0/33"},
+			want: []string{"--allowed-source-ranges", `"203.0.113.0/33"`},
 		},
 		{
 			name: "open", reason: "no credentials and no ranges would be an open proxy",

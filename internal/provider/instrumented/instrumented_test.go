@@ -463,7 +463,7 @@ func TestUserDataNeverLeaks(t *testing.T) {
 	req.Proxy = provider.ProxySettings{
 		Port:                3128,
 		Credentials:         &provider.SecretRef{Namespace: "ns", Name: "p1-creds", UsernameKey: "username", PasswordKey: "password"},
-		AllowedSourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")},
+		AllowedSourceRanges: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::/32")},
 	}
 	tests := []struct {
 		name    string

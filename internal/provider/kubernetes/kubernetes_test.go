@@ -192,9 +192,9 @@ func TestCreateBuildsAHardenedPodAndIsIdempotent(t *testing.T) {
 	if err != nil || in.State != provider.StateProvisioning || in.OwnerUID != req.OwnerUID || in.CreatedAt.IsZero() {
 		t.Fatalf("Get before running = %+v, %v", in, err)
 	}
-	markRunning(t, podNS, pod.Name, "10.244.1.7", "203.0.113.9")
+	markRunning(t, podNS, pod.Name, "198.51.100.17", "203.0.113.9")
 	in, err = p.Get(ctx, id)
-	if err != nil || in.State != provider.StateRunning || in.Address.String() != "10.244.1.7" {
+	if err != nil || in.State != provider.StateRunning || in.Address.String() != "198.51.100.17" {
 		t.Fatalf("Get after running = %+v, %v; want Running at the pod IP", in, err)
 	}
 }
@@ -234,7 +234,7 @@ func TestPodStatesMapToInstanceStates(t *testing.T) {
 		want   provider.State
 	}{
 		{"pending", "not scheduled or pulling", corev1.PodStatus{Phase: corev1.PodPending}, provider.StateProvisioning},
-		{"running-unready", "the proxy does not accept connections yet", corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"}, provider.StateProvisioning},
+		{"running-unready", "the proxy does not accept connections yet", corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.51.100.1"}, provider.StateProvisioning},
 		{"failed", "it will not run again: replace it", corev1.PodStatus{Phase: corev1.PodFailed}, provider.StateStopped},
 		{"succeeded", "the proxy exited: replace it", corev1.PodStatus{Phase: corev1.PodSucceeded}, provider.StateStopped},
 	} {
@@ -439,13 +439,13 @@ func TestProxyLifecycleOnAKubernetesEntry(t *testing.T) {
 		pod = pods.Items[0]
 		return true, ""
 	})
-	markRunning(t, podNS, pod.Name, "10.244.2.9", "203.0.113.20")
+	markRunning(t, podNS, pod.Name, "198.51.100.29", "203.0.113.20")
 	eventually(t, func() (bool, string) {
 		_ = k8s.Get(ctx, client.ObjectKeyFromObject(proxy), proxy)
-		return proxy.Status.Phase == crawlv1alpha1.ProxyPhaseReady && proxy.Status.Address == "10.244.2.9",
+		return proxy.Status.Phase == crawlv1alpha1.ProxyPhaseReady && proxy.Status.Address == "198.51.100.29",
 			fmt.Sprintf("phase %s address %q conditions %+v", proxy.Status.Phase, proxy.Status.Address, proxy.Status.Conditions)
 	})
-	if proxy.Status.InstanceID != podNS+"/"+pod.Name || proxy.Status.URL != "http://10.244.2.9:3128" {
+	if proxy.Status.InstanceID != podNS+"/"+pod.Name || proxy.Status.URL != "http://198.51.100.29:3128" {
 		t.Errorf("status = %+v", proxy.Status)
 	}
 	// The pod got the Proxy's generated credentials.
