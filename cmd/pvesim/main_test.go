@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+)
+
+// syncBuffer is a bytes.Buffer safe for the run goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestExampleConfig: the shipped example is a valid 3-node cluster.
+func TestExampleConfig(t *testing.T) {
+	cfg, err := pvesim.LoadConfig("example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Nodes) != 3 || len(cfg.Tokens) == 0 {
+		t.Errorf("example has %d nodes and %d tokens", len(cfg.Nodes), len(cfg.Tokens))
+	}
+}
+
+// TestRunWritesFilesAndStops: run serves on loopback, writes the CA and
+// token files, and returns when its context ends.
+func TestRunWritesFilesAndStops(t *testing.T) {
+	dir := t.TempDir()
+	ca, tok := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "token")
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--config", "example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--ca-out", ca, "--token-out", tok}, out)
+	}()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for !strings.Contains(out.String(), "admin at") {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended early: %v\n%s", err, out.String())
+		case <-deadline.C:
+			t.Fatalf("run did not start:\n%s", out.String())
+		case <-tick.C:
+		}
+	}
+	if b, err := os.ReadFile(ca); err != nil || !bytes.Contains(b, []byte("BEGIN CERTIFICATE")) {
+		t.Errorf("CA file: %v %q", err, b)
+	}
+	if b, err := os.ReadFile(tok); err != nil || !strings.HasPrefix(string(b), "proxmox-provider@pve!operator=") {
+		t.Errorf("token file: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+}
+
+// TestRunRefusesNonLoopback: the listen address must be loopback.
+func TestRunRefusesNonLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:8006", ":8006"} {
+		err := run(context.Background(), []string{"--config", "example.yaml", "--listen", addr}, &syncBuffer{})
+		if err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("--listen %s: %v", addr, err)
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package pvesim
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// AdminHandler serves the admin API (JSON in and out), meant for a separate
+// loopback listener (ServeAdmin):
+//
+//	GET    /admin/counters              request counts by "METHOD /template"
+//	DELETE /admin/counters              reset the counters
+//	POST   /admin/faults/call           a CallFault (failure, latency, cut)
+//	POST   /admin/faults/task           {"type","exitstatus","count"}
+//	POST   /admin/faults/node           {"node","unreachable","status","text"}
+//	POST   /admin/faults/agent          {"vmid","never"}
+//	POST   /admin/faults/lock           {"vmid","lock"}
+//	DELETE /admin/faults                clear call, task and node faults
+//	GET    /admin/vms                   VMID, node, name, status, lock of every VM
+func (s *Sim) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/counters", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.Counters())
+	})
+	mux.HandleFunc("DELETE /admin/counters", func(w http.ResponseWriter, _ *http.Request) {
+		s.ResetCounters()
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("POST /admin/faults/call", func(w http.ResponseWriter, r *http.Request) {
+		var f CallFault
+		if !readJSON(w, r, &f) {
+			return
+		}
+		s.AddCallFault(f)
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("POST /admin/faults/task", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Type       string `json:"type"`
+			ExitStatus string `json:"exitstatus"`
+			Count      int    `json:"count"`
+		}
+		if !readJSON(w, r, &body) {
+			return
+		}
+		s.FailTasks(body.Type, body.ExitStatus, body.Count)
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("POST /admin/faults/node", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Node        string `json:"node"`
+			Unreachable bool   `json:"unreachable"`
+			Status      int    `json:"status"`
+			Text        string `json:"text"`
+		}
+		if !readJSON(w, r, &body) {
+			return
+		}
+		s.mu.Lock()
+		_, known := s.nodes[body.Node]
+		s.mu.Unlock()
+		if !known {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown node"})
+			return
+		}
+		s.SetNodeUnreachable(body.Node, body.Unreachable, body.Status, body.Text)
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("POST /admin/faults/agent", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			VMID  int  `json:"vmid"`
+			Never bool `json:"never"`
+		}
+		if !readJSON(w, r, &body) {
+			return
+		}
+		if !s.SetAgentNeverStarts(body.VMID, body.Never) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown vmid"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("POST /admin/faults/lock", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			VMID int    `json:"vmid"`
+			Lock string `json:"lock"`
+		}
+		if !readJSON(w, r, &body) {
+			return
+		}
+		if !s.SetLock(body.VMID, body.Lock) {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown vmid"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("DELETE /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
+		s.ClearFaults()
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("GET /admin/vms", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.VMs())
+	})
+	return mux
+}
+
+// VMInfo is a summary of a VM for tests, benchmarks and the admin API.
+type VMInfo struct {
+	VMID     int    `json:"vmid"`
+	Node     string `json:"node"`
+	Name     string `json:"name,omitempty"`
+	Status   string `json:"status"`
+	QMP      string `json:"qmpstatus"`
+	Lock     string `json:"lock,omitempty"`
+	Template bool   `json:"template,omitempty"`
+}
+
+// VMs lists every VM by VMID.
+func (s *Sim) VMs() []VMInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]VMInfo, 0, len(s.vms))
+	for _, v := range s.vms {
+		out = append(out, VMInfo{VMID: v.vmid, Node: v.node, Name: v.name(), Status: v.status, QMP: v.qmp, Lock: v.lock(), Template: v.template()})
+	}
+	slices.SortFunc(out, func(a, b VMInfo) int { return a.VMID - b.VMID })
+	return out
+}
+
+// VMConfig returns a copy of a VM's config.
+func (s *Sim) VMConfig(vmid int) (map[string]string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.vms[vmid]
+	if v == nil {
+		return nil, false
+	}
+	out := make(map[string]string, len(v.conf))
+	for k, val := range v.conf {
+		out[k] = val
+	}
+	return out, true
+}
+
+// readJSON decodes a small JSON request body or answers 400.
+func readJSON(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": strings.TrimSpace(err.Error())})
+		return false
+	}
+	return true
+}
+
+// writeJSON writes an admin answer.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

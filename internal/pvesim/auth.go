@@ -1,0 +1,91 @@
+package pvesim
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strings"
+)
+
+// principal is an authenticated API token.
+type principal struct {
+	// user is "<user>@<realm>", token the token id.
+	user, token string
+	// acl maps ACL paths to privilege sets.
+	acl map[string]map[string]bool
+}
+
+// newPrincipal builds a principal from a token configuration.
+func newPrincipal(tc TokenConfig) *principal {
+	user, token, _ := splitTokenID(tc.ID)
+	p := &principal{user: user, token: token, acl: map[string]map[string]bool{}}
+	for _, e := range tc.ACL {
+		path := "/" + strings.Trim(e.Path, "/")
+		set := p.acl[path]
+		if set == nil {
+			set = map[string]bool{}
+			p.acl[path] = set
+		}
+		for _, pr := range e.Privileges {
+			set[pr] = true
+		}
+	}
+	return p
+}
+
+// has reports whether the principal holds priv on path. As on Proxmox, the
+// ACL on the most specific path covering it replaces the inherited ones
+// (Part 3 of the reference).
+func (p *principal) has(path, priv string) bool {
+	path = "/" + strings.Trim(path, "/")
+	for {
+		if set, ok := p.acl[path]; ok {
+			return set["*"] || set[priv]
+		}
+		if path == "/" {
+			return false
+		}
+		i := strings.LastIndexByte(path, '/')
+		if i <= 0 {
+			path = "/"
+		} else {
+			path = path[:i]
+		}
+	}
+}
+
+// tokenEntry is a configured token with its secret.
+type tokenEntry struct {
+	secret string
+	p      *principal
+}
+
+// authenticate checks the Authorization header (F22). It returns the
+// principal or the 401 to answer: "No ticket" without credentials,
+// "Authentication failed!" for a wrong secret or an unknown token.
+func (s *Sim) authenticate(r *http.Request) (*principal, *apiError) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return nil, &apiError{status: http.StatusUnauthorized, message: msgNoTicket}
+	}
+	failed := &apiError{status: http.StatusUnauthorized, message: msgAuthFailed}
+	rest, ok := strings.CutPrefix(h, "PVEAPIToken=")
+	if !ok {
+		// F22: a header that carries no token is "No ticket" too, as is a
+		// missing one; a malformed token value is an authentication failure.
+		if strings.HasPrefix(h, "PVEAPIToken") {
+			return nil, failed
+		}
+		return nil, &apiError{status: http.StatusUnauthorized, message: msgNoTicket}
+	}
+	id, secret, ok := strings.Cut(strings.TrimSpace(rest), "=")
+	if !ok {
+		return nil, failed
+	}
+	s.mu.Lock()
+	te, found := s.tokens[id]
+	s.mu.Unlock()
+	if !found || subtle.ConstantTimeCompare([]byte(te.secret), []byte(secret)) != 1 {
+		return nil, failed
+	}
+	return te.p, nil
+}

@@ -1,0 +1,163 @@
+package guests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+)
+
+// DefaultDrain is how long a stopping guest lets open requests finish.
+const DefaultDrain = time.Second
+
+// Runner is a pvesim.GuestRunner whose guests run the forward proxy their
+// seed configures. The zero value is ready to use; Close stops every guest.
+type Runner struct {
+	// Log receives one line per guest start and stop, never credentials.
+	Log logr.Logger
+	// Drain is how long a stopping guest lets open requests finish; zero
+	// means DefaultDrain.
+	Drain time.Duration
+
+	mu      sync.Mutex
+	running map[int]*guest
+}
+
+var _ pvesim.GuestRunner = (*Runner)(nil)
+
+type guest struct {
+	addr   string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start implements pvesim.GuestRunner. A VM without a seed runs nothing, as
+// a stock image without cloud-init configuration would; a seed whose
+// user-data configures no proxy is an error, which is what a wrong rendering
+// looks like from outside.
+func (r *Runner) Start(g pvesim.Guest) error {
+	if g.SeedPath == "" {
+		r.Log.V(1).Info("guest has no seed; nothing to run", "vmid", g.VMID)
+		return nil
+	}
+	settings, err := readSettings(g.SeedPath)
+	if err != nil {
+		return fmt.Errorf("guest %d: %w", g.VMID, err)
+	}
+	proxy, err := forwardproxy.New(forwardproxy.Config{
+		Username: settings.Username, Password: settings.Password,
+		AllowedSourceRanges: settings.Allow, Log: r.Log.WithValues("vmid", g.VMID),
+	})
+	if err != nil {
+		return fmt.Errorf("guest %d: configuring the proxy: %w", g.VMID, err)
+	}
+	r.Stop(g)                                                             // a restarted VM replaces its earlier run, on the same address
+	addr := netip.AddrPortFrom(g.Address, uint16(settings.Port)).String() //nolint:gosec // G115: ParseTinyproxy keeps ports within 1-65535.
+	// The guest's life is its own context: Stop ends it.
+	ctx, cancel := context.WithCancel(context.Background())
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		cancel()
+		return fmt.Errorf("guest %d: listening on %s: %w", g.VMID, addr, err)
+	}
+	gs := &guest{addr: addr, cancel: cancel, done: make(chan struct{})}
+	drain := r.Drain
+	if drain == 0 {
+		drain = DefaultDrain
+	}
+	go func() {
+		defer close(gs.done)
+		if err := forwardproxy.Serve(ctx, ln, proxy, drain); err != nil {
+			r.Log.Error(err, "guest proxy stopped", "vmid", g.VMID)
+		}
+	}()
+	r.mu.Lock()
+	if r.running == nil {
+		r.running = map[int]*guest{}
+	}
+	r.running[g.VMID] = gs
+	r.mu.Unlock()
+	r.Log.V(1).Info("guest proxy serving", "vmid", g.VMID, "address", addr, "auth", settings.Username != "", "allow", len(settings.Allow))
+	return nil
+}
+
+// Stop implements pvesim.GuestRunner; it waits until the guest's proxy no
+// longer listens.
+func (r *Runner) Stop(g pvesim.Guest) {
+	r.mu.Lock()
+	gs := r.running[g.VMID]
+	delete(r.running, g.VMID)
+	r.mu.Unlock()
+	if gs == nil {
+		return
+	}
+	gs.cancel()
+	<-gs.done
+	r.Log.V(1).Info("guest proxy stopped", "vmid", g.VMID, "address", gs.addr)
+}
+
+// Close stops every guest.
+func (r *Runner) Close() {
+	r.mu.Lock()
+	vmids := make([]int, 0, len(r.running))
+	for id := range r.running {
+		vmids = append(vmids, id)
+	}
+	r.mu.Unlock()
+	for _, id := range vmids {
+		r.Stop(pvesim.Guest{VMID: id})
+	}
+}
+
+// Addresses returns where each running guest listens, by VMID.
+func (r *Runner) Addresses() map[int]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[int]string, len(r.running))
+	for id, gs := range r.running {
+		out[id] = gs.addr
+	}
+	return out
+}
+
+// readSettings reads the seed ISO and the tinyproxy settings of its
+// user-data.
+func readSettings(path string) (cloudinit.Settings, error) {
+	f, err := os.Open(path) //nolint:gosec // G304: the simulator's own staging file.
+	if err != nil {
+		return cloudinit.Settings{}, fmt.Errorf("opening the seed: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	info, err := f.Stat()
+	if err != nil {
+		return cloudinit.Settings{}, fmt.Errorf("reading the seed: %w", err)
+	}
+	seed, label, err := nocloud.Read(f, info.Size())
+	if err != nil {
+		return cloudinit.Settings{}, fmt.Errorf("reading the seed: %w", err)
+	}
+	if label != nocloud.Label {
+		// cloud-init finds its NoCloud seed by this label and ignores any
+		// other disc.
+		return cloudinit.Settings{}, fmt.Errorf("the seed's volume label is %q, not %q: cloud-init would not read it", label, nocloud.Label)
+	}
+	settings, err := cloudinit.ParseTinyproxy(seed.UserData)
+	if err != nil {
+		return cloudinit.Settings{}, fmt.Errorf("the seed's user-data: %w", err)
+	}
+	if settings.Username == "" && len(settings.Allow) == 0 {
+		return cloudinit.Settings{}, errors.New("the seed's user-data configures an open proxy")
+	}
+	return settings, nil
+}
