@@ -76,3 +76,35 @@ run: ## Run the operator against the current kubeconfig (needs --providers-confi
 .PHONY: demo
 demo: ## Show the control loop locally: local API server, in-memory provider, three Proxies (ARGS=-wait to keep it running).
 	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/demo $(ARGS)
+
+##@ Deployment
+
+KUSTOMIZE      := $(TOOLS) kustomize
+# The operator's image: what docker-build tags and build-installer deploys.
+IMG            ?= egress-proxies-operator:dev
+CONTAINER_TOOL ?= docker
+# The version the binary reports (main.version).
+VERSION        ?= dev
+
+.PHONY: kustomize-render
+kustomize-render: ## Print config/default as committed (image egress-proxies-operator:dev; IMG is not applied).
+	@$(KUSTOMIZE) build config/default
+
+# `go tool -n` builds the pinned kustomize and prints its path: `kustomize
+# edit` works on the current directory, outside this module.
+.PHONY: build-installer
+build-installer: ## Render config/default with the image IMG into dist/install.yaml; the tree is not modified.
+	@mkdir -p dist
+	@kustomize=$$($(TOOLS) -n kustomize) && tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		cp -R config "$$tmp/config" && \
+		(cd "$$tmp/config/manager" && "$$kustomize" edit set image controller=$(IMG)) && \
+		"$$kustomize" build "$$tmp/config/default" > dist/install.yaml
+	@echo "dist/install.yaml: image $(IMG)"
+
+.PHONY: docker-build
+docker-build: ## Build the image IMG (needs a Docker engine with BuildKit, and access to the base images).
+	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the image IMG (needs a Docker engine and the registry's credentials).
+	$(CONTAINER_TOOL) push $(IMG)
