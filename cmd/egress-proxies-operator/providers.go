@@ -1,11 +1,13 @@
 package main
 
 import (
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
 // deps are what provider constructors may use. None of them may contact the
@@ -35,6 +37,12 @@ var providerTypes = map[string]providerType{
 		block: func() config.Block { return &config.KubernetesBlock{} },
 		build: func(e *config.Entry, d deps) (provider.Provider, error) {
 			return kubernetes.New(kubernetes.Options{Entry: e, Client: d.client, APIReader: d.apiReader, DefaultImage: d.ownImage})
+		},
+	},
+	config.ProxmoxType: {
+		block: func() config.Block { return &config.ProxmoxBlock{} },
+		build: func(e *config.Entry, _ deps) (provider.Provider, error) {
+			return proxmox.New(proxmox.Options{Entry: e, Log: ctrl.Log.WithName("proxmox")})
 		},
 	},
 }

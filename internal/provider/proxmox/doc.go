@@ -1,0 +1,11 @@
+// Package proxmox is the provider that runs each Proxy as a VM on a Proxmox
+// VE cluster: a full clone of a template, booted with a NoCloud seed ISO
+// that carries the proxy's cloud-init user-data.
+//
+// The facts F1 to F26 cited in the code are those of the reference
+// proxmox-facts.md (Part 1, observed API behaviour); the steps follow its
+// Part 2. Create never blocks for a whole clone-to-running sequence: each call
+// looks at what exists on the API and does the next step, returning
+// provider.NewInProgress while a task runs, so that a restarted operator
+// resumes from observable state.
+package proxmox

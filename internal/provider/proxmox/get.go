@@ -1,0 +1,178 @@
+package proxmox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// Get implements provider.Provider (Part 2, Get). It reads the shared
+// listing (at most one call per poll interval for all instances), the mark
+// once per VMID, and status and agent only until the VM runs with an
+// address: then the address is cached and read again only when the listing
+// shows the VM's status changed or its uptime went down (a restart).
+func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
+	_, vmid, err := parseID(id)
+	if err != nil {
+		return provider.Instance{}, err
+	}
+	list, err := p.cachedListing(ctx)
+	if err != nil {
+		return provider.Instance{}, classify("listing vms", err)
+	}
+	r, ok := find(list, vmid)
+	if !ok {
+		// The cached listing may predate the VM: confirm before NotFound.
+		if list, err = p.listing(ctx, p.now()); err != nil {
+			return provider.Instance{}, classify("listing vms", err)
+		}
+		if r, ok = find(list, vmid); !ok {
+			p.forget(vmid)
+			return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not exist", vmid))
+		}
+	}
+	if r.Type != "qemu" {
+		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VMID %d is a %s, not a VM of this operator", vmid, r.Type))
+	}
+	if r.Status == "unknown" || (r.Lock != "" && r.Lock != lockSuspended) {
+		// F8: both look the same in the listing.
+		return provider.Instance{}, provider.NewTransient(fmt.Errorf(
+			"VM %d is listed with status %q and lock %q: a clone (or another task) in progress, or node %s unreachable", vmid, r.Status, r.Lock, r.Node))
+	}
+	m, mok, err := p.markOf(ctx, r)
+	if isMissingVM(err) {
+		// F2 after a listing that showed it: gone since, or a stale listing.
+		if list, lerr := p.listing(ctx, p.now()); lerr == nil {
+			if _, still := find(list, vmid); !still {
+				p.forget(vmid)
+				return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not exist", vmid))
+			}
+		}
+		return provider.Instance{}, provider.NewTransient(fmt.Errorf("VM %d is listed but its config is missing: deleted meanwhile?", vmid))
+	}
+	if err != nil {
+		return provider.Instance{}, classify(fmt.Sprintf("reading the config of VM %d", vmid), err)
+	}
+	if !mok {
+		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not carry the operator's mark", vmid))
+	}
+	inst := provider.Instance{ID: ID(r.Node, vmid), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
+	if r.Lock == lockSuspended {
+		// F24: hibernated is stopped.
+		p.dropAddr(vmid)
+		inst.State = provider.StateStopped
+		return inst, nil
+	}
+	p.mu.Lock()
+	a, cached := p.addrs[vmid]
+	p.mu.Unlock()
+	if cached && r.Status == "running" && r.Uptime >= a.uptime {
+		inst.State, inst.Address = provider.StateRunning, a.addr
+		return inst, nil
+	}
+	p.dropAddr(vmid)
+	// Stopped makes the operator replace the VM: it is confirmed by
+	// status/current rather than taken from a listing up to a poll old.
+	st, err := p.api.status(ctx, r.Node, vmid)
+	if err != nil {
+		return provider.Instance{}, transientUnlessPermanent(classify(fmt.Sprintf("reading the status of VM %d", vmid), err))
+	}
+	switch {
+	case st.Status == "stopped" || st.QMPStatus == "stopped" || st.QMPStatus == "paused":
+		// F14: paused shows as running in the listing.
+		inst.State = provider.StateStopped
+		return inst, nil
+	case st.QMPStatus == "prelaunch":
+		inst.State = provider.StateProvisioning
+		return inst, nil
+	}
+	ifaces, err := p.api.agentInterfaces(ctx, r.Node, vmid)
+	if err != nil {
+		ae, isAPI := apiErr(err)
+		switch {
+		case isAPI && ae.Message == msgAgentNotRunning:
+			inst.State = provider.StateProvisioning
+			return inst, nil
+		case isAPI && ae.Message == msgAgentNotConfigured:
+			// Replace it rather than wait forever.
+			inst.State = provider.StateStopped
+			return inst, nil
+		case isAPI && reNotRunVM.MatchString(ae.Message):
+			return provider.Instance{}, provider.NewTransient(fmt.Errorf("reading the guest agent of VM %d: %w", vmid, err))
+		}
+		return provider.Instance{}, transientUnlessPermanent(classify(fmt.Sprintf("reading the guest agent of VM %d", vmid), err))
+	}
+	addr := firstAddress(ifaces, p.block.AcceptLoopbackAddresses)
+	if !addr.IsValid() {
+		logr.FromContextOrDiscard(ctx).V(1).Info("the guest agent reports no usable IPv4 address yet", "vmid", vmid)
+		inst.State = provider.StateProvisioning
+		return inst, nil
+	}
+	p.mu.Lock()
+	p.addrs[vmid] = addrEntry{addr: addr, uptime: r.Uptime}
+	p.mu.Unlock()
+	inst.State, inst.Address = provider.StateRunning, addr
+	return inst, nil
+}
+
+func (p *Provider) dropAddr(vmid int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.addrs, vmid)
+}
+
+// transientUnlessPermanent keeps Get from ever saying NotFound past the
+// listing (Part 2, Get step 4).
+func transientUnlessPermanent(err error) error {
+	if provider.IsNotFound(err) {
+		return provider.NewTransient(err)
+	}
+	return err
+}
+
+// ListByTag implements provider.Provider: the tagged QEMU entries of the
+// listing (F9), each confirmed by its mark. A VM whose config cannot be read
+// is skipped and logged.
+func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
+	list, err := p.cachedListing(ctx)
+	if err != nil {
+		return nil, classify("listing vms", err)
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	var out []provider.Instance
+	for _, r := range list {
+		if r.Type != "qemu" || r.Template == 1 || !hasTag(r.Tags) {
+			continue
+		}
+		m, ok, err := p.markOf(ctx, r)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, classify("listing vms", ctx.Err())
+			}
+			log.Info("skipping a tagged VM whose config cannot be read", "vmid", r.VMID, "node", r.Node, "error", err.Error())
+			continue
+		}
+		if !ok {
+			continue
+		}
+		inst := provider.Instance{ID: ID(r.Node, r.VMID), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
+		switch {
+		case r.Status == "running" && r.Lock == "":
+			inst.State = provider.StateRunning
+			p.mu.Lock()
+			if a, ok := p.addrs[r.VMID]; ok {
+				inst.Address = a.addr
+			}
+			p.mu.Unlock()
+		case r.Status == "stopped" || r.Lock == lockSuspended:
+			inst.State = provider.StateStopped
+		default:
+			inst.State = provider.StateProvisioning
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package proxmox
+
+import (
+	"strings"
+	"time"
+)
+
+// Tag is the tag of every managed VM (F9: lower case, valid everywhere).
+const Tag = "proxy_operator"
+
+// Lines of the mark in the VM description (F10: stored verbatim). The mark
+// is written at clone time and holds the creation time because meta is
+// copied from the template (F11).
+const (
+	markHeader    = "Managed by egress-proxies-operator; do not edit the lines below."
+	markOwnerUID  = "egress-proxies-operator/owner-uid: "
+	markName      = "egress-proxies-operator/name: "
+	markCreatedAt = "egress-proxies-operator/created-at: "
+	markOwner     = "egress-proxies-operator/owner: "
+)
+
+// mark is what the description says about a VM.
+type mark struct {
+	OwnerUID  string
+	Name      string
+	Owner     string
+	CreatedAt time.Time
+}
+
+func (m mark) description() string {
+	return markHeader + "\n" +
+		markOwnerUID + m.OwnerUID + "\n" +
+		markName + m.Name + "\n" +
+		markCreatedAt + m.CreatedAt.UTC().Format(time.RFC3339) + "\n" +
+		markOwner + m.Owner + "\n"
+}
+
+// parseMark reads a mark from a description; ok is false without one.
+func parseMark(desc string) (mark, bool) {
+	var m mark
+	for line := range strings.SplitSeq(desc, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, markOwnerUID):
+			m.OwnerUID = strings.TrimPrefix(line, markOwnerUID)
+		case strings.HasPrefix(line, markName):
+			m.Name = strings.TrimPrefix(line, markName)
+		case strings.HasPrefix(line, markOwner):
+			m.Owner = strings.TrimPrefix(line, markOwner)
+		case strings.HasPrefix(line, markCreatedAt):
+			if t, err := time.Parse(time.RFC3339, strings.TrimPrefix(line, markCreatedAt)); err == nil {
+				m.CreatedAt = t
+			}
+		}
+	}
+	return m, m.OwnerUID != "" && m.Name != ""
+}
+
+// hasTag reports whether a ;-separated tag list holds our tag (F9).
+func hasTag(tags string) bool {
+	for t := range strings.SplitSeq(tags, ";") {
+		if strings.EqualFold(strings.TrimSpace(t), Tag) {
+			return true
+		}
+	}
+	return false
+}
