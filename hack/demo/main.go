@@ -1,12 +1,13 @@
-// Command demo shows the operator's control loop on this machine, with no
+// Command demo shows the operator doing its job on this machine, with no
 // cluster and no hypervisor: it starts a local kube-apiserver and etcd (the
-// ones the tests use), runs the operator's controllers against them with an
-// in-memory provider that stands in for a hypervisor, applies three Proxies,
-// prints their progress until they are Ready, replaces one whose instance
-// dies, deletes one and shows its instance go.
+// ones the tests use), a simulated 3-node Proxmox VE cluster whose VMs really
+// run the proxy their cloud-init seed configures, and the operator with a
+// proxmox provider entry pointing at it. It applies three Proxies, one per
+// zone, prints their progress until they are Ready, sends a request through
+// one of them with its credentials, deletes another and shows its VM go.
 //
-// Run it with `make demo`. The in-memory provider creates no VM and no proxy
-// process; the Proxmox VE simulator and provider replace it when they land.
+// Run it with `make demo` (ARGS=-wait keeps everything up to look around).
+// Ctrl-C stops it and removes every process, port and file it made.
 package main
 
 import (
@@ -14,9 +15,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -29,6 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -41,208 +48,340 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
-	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
 )
 
+// cluster is the simulated Proxmox VE cluster: three nodes, a template on
+// each, a seed storage, and the provider's token (a fake secret).
+const cluster = `
+nodes: [{name: pve1}, {name: pve2}, {name: pve3}]
+storages:
+  - {id: local-lvm, type: lvmthin, content: [images]}
+  - {id: seeds, type: dir, content: [iso]}
+templates:
+  - {vmid: 9000, node: pve1, name: debian-13, disks: [{slot: scsi0, storage: local-lvm, size: 3G}], boot: order=scsi0,
+     net0: "virtio=BC:24:11:00:90:00,bridge=vmbr0", agent: "1"}
+tokens:
+  - id: "operator@pve!demo"
+    secret: "demo-secret-not-a-real-one"
+    acl:
+      - path: /
+        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
+          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
+          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
+      - path: /storage/seeds
+        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
+`
+
+// providersYAML points the operator at the simulator; %s are the API URL,
+// the token file and the CA file.
 const providersYAML = `
 providers:
   - name: lab
-    type: fake
-    zones: [rack-a, rack-b]
-    machineTypes:
-      - {name: small, cpus: 1, memoryMiB: 512, diskGiB: 8}
-    images: [debian-12]
+    type: proxmox
+    zones: [rack-a, rack-b, rack-c]
+    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
+    images: [debian-13]
+    proxmox:
+      apiURL: %s
+      tokenFile: %s
+      caFile: %s
+      zones: {rack-a: {nodes: [pve1]}, rack-b: {nodes: [pve2]}, rack-c: {nodes: [pve3]}}
+      images: {debian-13: {templateVMID: 9000}}
+      isoStorage: seeds
+      acceptLoopbackAddresses: true
+      budgets: {pollInterval: 500ms}
 `
 
+// options are the demo's flags.
+type options struct {
+	wait  bool
+	speed float64
+	out   io.Writer
+}
+
 func main() {
-	wait := flag.Bool("wait", false, "Keep the control plane running after the demo until Ctrl-C, to look around with kubectl.")
+	var o options
+	flag.BoolVar(&o.wait, "wait", false, "Keep everything running after the demo until Ctrl-C, to look around with kubectl.")
+	flag.Float64Var(&o.speed, "speed", 10, "Speed-up over a real Proxmox VE host (1 is real-host pace: about a minute per proxy).")
 	flag.Parse()
+	o.out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, *wait)
+	err := run(ctx, o)
 	stop()
-	if err != nil {
+	switch {
+	case errors.Is(err, context.Canceled):
+		fmt.Println("==> interrupted; everything is cleaned up")
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, wait bool) error {
+// run is the demo; it returns nil once a request went through a proxy (and,
+// with wait, after Ctrl-C), and removes everything it started on return.
+func run(ctx context.Context, o options) error {
+	say := func(format string, args ...any) { _, _ = fmt.Fprintf(o.out, "==> "+format+"\n", args...) }
 	logf.SetLogger(logr.Discard())
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: run `make demo`, which builds kube-apiserver and etcd first")
 	}
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
-		return err
-	}
-	say("starting a local kube-apiserver and etcd")
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join("config", "crd", "bases")}, ErrorIfCRDPathMissing: true, Scheme: scheme}
-	restCfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("starting the control plane: %w", err)
-	}
-	defer func() {
-		say("stopping the control plane")
-		_ = env.Stop()
-	}()
 	dir, err := os.MkdirTemp("", "egress-proxies-demo-")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	user, err := env.AddUser(envtest.User{Name: "demo", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
+
+	scheme := runtime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
 		return err
 	}
-	kc, err := user.KubeConfig()
+	say("starting a local kube-apiserver and etcd")
+	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true, Scheme: scheme}
+	restCfg, err := env.Start()
 	if err != nil {
-		return err
+		return fmt.Errorf("starting the control plane: %w", err)
 	}
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+	defer func() { _ = env.Stop() }()
+	kubeconfig, err := writeKubeconfig(env, dir)
+	if err != nil {
 		return err
 	}
 
-	cfg, err := config.Parse([]byte(providersYAML), fakeprovider.Registry())
+	simCfg, err := pvesim.ParseConfig([]byte(cluster))
 	if err != nil {
 		return err
 	}
-	fake := fakeprovider.New(nil)
-	fake.GetsUntilRunning = 4
-	fake.Latency = 150 * time.Millisecond
-	m, err := metrics.New(prometheus.NewRegistry())
+	simCfg.Speed = o.speed
+	runner := &guests.Runner{}
+	defer runner.Close()
+	sim, err := pvesim.New(simCfg, pvesim.WithGuestRunner(runner))
 	if err != nil {
 		return err
 	}
-	prov := instrumented.Wrap(fake, instrumented.Options{Name: "lab", Type: "fake", Metrics: m})
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Cache: controller.CacheOptions(),
-	})
+	defer func() { _ = sim.Close() }()
+	simCtx, stopSim := context.WithCancel(ctx)
+	defer stopSim()
+	apiURL, err := sim.Serve(simCtx, pvesim.ServeOptions{Addr: "127.0.0.1:0", TLS: true})
 	if err != nil {
 		return err
 	}
-	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: cfg, Providers: map[string]provider.Provider{"lab": prov}, Metrics: m,
-		PollInterval: 500 * time.Millisecond, ResyncInterval: time.Second, HealthInterval: 2 * time.Second,
-		GCInterval: time.Hour,
-	}); err != nil {
+	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
+	if err := errors.Join(
+		os.WriteFile(token, []byte("operator@pve!demo=demo-secret-not-a-real-one\n"), 0o600),
+		os.WriteFile(ca, sim.CACertPEM(), 0o600)); err != nil {
 		return err
 	}
-	mctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mctx) }()
-	say("operator running with an in-memory provider entry \"lab\" (zones rack-a, rack-b)")
+	say("simulated Proxmox VE cluster (pve1, pve2, pve3) at %s, %gx real-host pace; its VMs run the proxy their seed configures", apiURL, o.speed)
+
+	cfg, err := config.Parse(fmt.Appendf(nil, providersYAML, apiURL, token, ca),
+		config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }})
+	if err != nil {
+		return err
+	}
+	stopOperator, err := startOperator(ctx, restCfg, scheme, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopOperator()
+	say("operator running with provider entry \"lab\" (zones rack-a, rack-b, rack-c on pve1, pve2, pve3)")
 
 	k8s, err := client.New(restCfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crawlers"}}
-	if err := k8s.Create(ctx, ns); err != nil {
+	ns := "crawlers"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	for i, zone := range []string{"rack-a", "rack-b", "rack-a"} {
+	for i, zone := range []string{"rack-a", "rack-b", "rack-c"} {
 		p := &crawlv1alpha1.Proxy{
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("egress-%d", i+1)},
-			Spec:       crawlv1alpha1.ProxySpec{Provider: "lab", Zone: zone, MachineType: "small", Image: "debian-12"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("egress-%d", i+1)},
+			Spec:       crawlv1alpha1.ProxySpec{Provider: "lab", Zone: zone, MachineType: "small", Image: "debian-13"},
 		}
 		if err := k8s.Create(ctx, p); err != nil {
 			return err
 		}
-		say("applied Proxy %s/%s in zone %s", p.Namespace, p.Name, zone)
+		say("applied Proxy %s/%s in zone %s", ns, p.Name, zone)
 	}
-	if err := watchUntil(ctx, k8s, ns.Name, 3, allReady); err != nil {
+	say("each proxy is a VM: clone, seed upload, config, start, then its address from the guest agent")
+	if err := watchUntilReady(ctx, o.out, k8s, ns, 3); err != nil {
 		return err
 	}
 
-	var victim crawlv1alpha1.Proxy
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "egress-2"}, &victim); err != nil {
+	if err := requestThrough(ctx, o.out, k8s, ns, "egress-1"); err != nil {
 		return err
 	}
-	say("the instance of egress-2 (%s) dies; the operator replaces it", victim.Status.InstanceID)
-	fake.SetState(provider.ID(victim.Status.InstanceID), provider.StateStopped)
-	if err := watchUntil(ctx, k8s, ns.Name, 3, func(ps []crawlv1alpha1.Proxy) bool {
-		return allReady(ps) && ps[1].Status.Replacements == 1
+
+	say("deleting Proxy egress-3; its VM and seed are removed before the object goes")
+	if err := k8s.Delete(ctx, &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "egress-3"}}); err != nil {
+		return err
+	}
+	if err := poll(ctx, 2*time.Minute, func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-3"}, &crawlv1alpha1.Proxy{}))
 	}); err != nil {
 		return err
 	}
+	var vms []string
+	for _, vm := range sim.VMs() {
+		if !vm.Template {
+			vms = append(vms, fmt.Sprintf("%d on %s (%s)", vm.VMID, vm.Node, vm.Status))
+		}
+	}
+	say("egress-3 is gone; VMs left on the cluster: %s", strings.Join(vms, ", "))
 
-	say("deleting Proxy egress-3; its instance is removed before the object goes")
-	if err := k8s.Delete(ctx, &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "egress-3"}}); err != nil {
-		return err
-	}
-	if err := poll(ctx, func() bool {
-		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "egress-3"}, &crawlv1alpha1.Proxy{})
-		return apierrors.IsNotFound(err)
-	}); err != nil {
-		return err
-	}
-	var ids []string
-	for _, in := range fake.Instances() {
-		ids = append(ids, string(in.ID))
-	}
-	say("egress-3 is gone; instances left on the provider: %s", strings.Join(ids, ", "))
-	say("API calls made: %d create, %d get, %d delete",
-		fake.CallCount(provider.OpCreate), fake.CallCount(provider.OpGet), fake.CallCount(provider.OpDelete))
-
-	if wait {
-		say("the control plane keeps running; look around with:")
-		fmt.Printf("    export KUBECONFIG=%s\n    kubectl get proxies -A -o wide\n    kubectl get providerhealths\n    kubectl get events -A\n", kubeconfig)
+	if o.wait {
+		say("everything keeps running; look around with:")
+		_, _ = fmt.Fprintf(o.out, "    export KUBECONFIG=%s\n    kubectl get proxies -A -o wide\n    kubectl get providerhealths\n"+
+			"    kubectl get events -n %s\n    kubectl delete proxy -n %s egress-2   # and watch its VM go\n", kubeconfig, ns, ns)
 		say("press Ctrl-C to stop and clean up")
 		<-ctx.Done()
+		return ctx.Err()
 	}
-	cancel()
-	if err := <-mgrDone; err != nil {
-		return fmt.Errorf("operator: %w", err)
-	}
-	say("done")
+	say("done; everything is cleaned up")
 	return nil
 }
 
-// allReady reports whether every Proxy is Ready.
-func allReady(ps []crawlv1alpha1.Proxy) bool {
-	for _, p := range ps {
-		if p.Status.Phase != crawlv1alpha1.ProxyPhaseReady {
-			return false
-		}
-	}
-	return true
+// crdDir is config/crd/bases of this repository, found from this source
+// file, so that the demo and its test work from any directory.
+func crdDir() string {
+	_, file, _, _ := goruntime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")
 }
 
-// watchUntil prints a line per Proxy whenever its phase changes, and a
-// progress line, until done holds for the n Proxies of the namespace.
-func watchUntil(ctx context.Context, k8s client.Client, ns string, n int, done func([]crawlv1alpha1.Proxy) bool) error {
+// writeKubeconfig writes an administrator kubeconfig for the control plane.
+func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "demo", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, kc, 0o600)
+}
+
+// startOperator runs the controllers with the proxmox provider, as the
+// binary wires them, and returns a function that stops them and waits.
+func startOperator(ctx context.Context, restCfg *rest.Config, scheme *runtime.Scheme, cfg *config.Config) (func(), error) {
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Cache: controller.CacheOptions(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		return nil, err
+	}
+	providers := map[string]provider.Provider{}
+	for i := range cfg.Providers {
+		e := &cfg.Providers[i]
+		p, err := proxmox.New(proxmox.Options{Entry: e})
+		if err != nil {
+			return nil, err
+		}
+		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{Name: e.Name, Type: e.Type, Metrics: m})
+	}
+	if err := controller.SetupWithManager(mgr, controller.Options{
+		Config: cfg, Providers: providers, Metrics: m,
+		PollInterval: 500 * time.Millisecond, ResyncInterval: 10 * time.Second, HealthInterval: 5 * time.Second,
+	}); err != nil {
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = mgr.Start(mctx)
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// requestThrough sends a request through a Proxy with the credentials from
+// its Secret to a loopback HTTP server, and shows what came back.
+func requestThrough(ctx context.Context, out io.Writer, k8s client.Client, ns, name string) error {
+	var p crawlv1alpha1.Proxy
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+		return err
+	}
+	var s corev1.Secret
+	if err := poll(ctx, time.Minute, func() bool {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &s) == nil && len(s.Data["url"]) > 0
+	}); err != nil {
+		return fmt.Errorf("waiting for the proxy URL in secret %s: %w", p.Status.CredentialsSecretName, err)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = fmt.Fprintf(w, "hello from the origin; you came from %s", r.RemoteAddr) //nolint:gosec // G705: plain text to a local client, not HTML.
+	}))
+	defer origin.Close()
+	proxyURL, err := url.Parse(string(s.Data["url"]))
+	if err != nil {
+		return fmt.Errorf("the secret's url: %w", err)
+	}
+	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL)}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, origin.URL, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("request through %s: %w", p.Status.URL, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("request through %s: %s", p.Status.URL, resp.Status)
+	}
+	_, _ = fmt.Fprintf(out, "==> GET %s through %s (VM %s on %s), with the credentials from Secret %s/%s:\n    %s %q\n",
+		origin.URL, p.Status.URL, p.Status.InstanceID, p.Status.Node, ns, s.Name, resp.Status, body)
+	return nil
+}
+
+// watchUntilReady prints a line per Proxy whenever it changes, and a
+// progress line, until the n Proxies of the namespace are Ready.
+func watchUntilReady(ctx context.Context, out io.Writer, k8s client.Client, ns string, n int) error {
 	seen := map[string]string{}
-	return poll(ctx, func() bool {
+	return poll(ctx, 10*time.Minute, func() bool {
 		var list crawlv1alpha1.ProxyList
 		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false
 		}
 		sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
-		ready := 0
-		changed := false
+		ready, changed := 0, false
 		for _, p := range list.Items {
-			line := fmt.Sprintf("%-9s %-13s node=%-12s address=%-15s instance=%s", p.Name, p.Status.Phase, p.Status.Node, p.Status.Address, p.Status.InstanceID)
+			reason := ""
+			for _, c := range p.Status.Conditions {
+				if c.Type == crawlv1alpha1.ConditionReady {
+					reason = c.Message
+				}
+			}
+			line := fmt.Sprintf("%-9s %-13s node=%-5s address=%-14s %s", p.Name, p.Status.Phase, p.Status.Node, p.Status.Address, reason)
 			if seen[p.Name] != line {
 				seen[p.Name], changed = line, true
-				fmt.Println("    " + line)
+				_, _ = fmt.Fprintln(out, "    "+line)
 			}
 			if p.Status.Phase == crawlv1alpha1.ProxyPhaseReady {
 				ready++
 			}
 		}
 		if changed {
-			fmt.Printf("    -- %d of %d Ready\n", ready, len(list.Items))
+			_, _ = fmt.Fprintf(out, "    -- %d of %d Ready\n", ready, len(list.Items))
 		}
-		return len(list.Items) == n && done(list.Items)
+		return len(list.Items) == n && ready == n
 	})
 }
 
-// poll checks cond every 100ms until it holds, ctx ends or a minute passes.
-func poll(ctx context.Context, cond func() bool) error {
-	deadline := time.NewTimer(time.Minute)
+// poll checks cond every 100ms until it holds, ctx ends or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -251,13 +390,9 @@ func poll(ctx context.Context, cond func() bool) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return errors.New("timed out after a minute")
+			return fmt.Errorf("timed out after %s", timeout)
 		case <-tick.C:
 		}
 	}
 	return nil
-}
-
-func say(format string, args ...any) {
-	fmt.Printf("==> "+format+"\n", args...)
 }
