@@ -74,7 +74,7 @@ run: ## Run the operator against the current kubeconfig (needs --providers-confi
 	$(GO) run ./cmd/egress-proxies-operator $(ARGS)
 
 .PHONY: demo
-demo: ## Show the control loop locally: local API server, in-memory provider, three Proxies (ARGS=-wait to keep it running).
+demo: ## Show the operator at work: local API server, simulated 3-node Proxmox VE cluster, three proxies (ARGS=-wait keeps it up).
 	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/demo $(ARGS)
 
 ##@ Deployment
@@ -108,3 +108,11 @@ docker-build: ## Build the image IMG (needs a Docker engine with BuildKit, and a
 .PHONY: docker-push
 docker-push: ## Push the image IMG (needs a Docker engine and the registry's credentials).
 	$(CONTAINER_TOOL) push $(IMG)
+
+.PHONY: bench
+bench: ## Measure API calls, convergence and memory of the proxmox provider against the simulator (ARGS='--proxies 1,100').
+	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench $(ARGS)
+
+.PHONY: proxmox-secret
+proxmox-secret: ## Create the Proxmox token/CA Secret from TOKEN_FILE and CA_FILE after checking their shape (never prints the token).
+	hack/proxmox-secret.sh "$(TOKEN_FILE)" "$(CA_FILE)" $(NAMESPACE)
