@@ -50,6 +50,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
 
 // Real-host defaults of the operator and the provider, divided by --speed
@@ -59,55 +60,6 @@ const (
 	realProviderPoll     = config.DefaultProxmoxPollInterval
 	realNotReadyInterval = controller.DefaultPollInterval
 )
-
-// simCluster is a three-node cluster with one template shared by all nodes
-// (the provider supports one template VMID per image for the whole
-// cluster; local-lvm is on every node, so clones to pve2 and pve3 work).
-const simCluster = `
-speed: %g
-nodes: [{name: pve1}, {name: pve2}, {name: pve3}]
-storages:
-  - {id: local-lvm, type: lvmthin, content: [images]}
-  - {id: seeds, type: dir, content: [iso]}
-templates:
-  - vmid: 9000
-    node: pve1
-    name: debian-13
-    disks: [{slot: scsi0, storage: local-lvm, size: 3G}]
-    boot: order=scsi0
-    net0: virtio=BC:24:11:00:90:00,bridge=vmbr0
-    agent: "1"
-tokens:
-  - id: "op@pve!bench"
-    secret: "fake-bench-secret"
-    acl:
-      - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
-      - path: /storage/seeds
-        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
-`
-
-const providersYAML = `
-providers:
-  - name: lab
-    type: proxmox
-    zones: [rack-a, rack-b, rack-c]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
-    images: [debian-13]
-    proxmox:
-      apiURL: %s
-      tokenFile: %s
-      caFile: %s
-      zones: {rack-a: {nodes: [pve1]}, rack-b: {nodes: [pve2]}, rack-c: {nodes: [pve3]}}
-      images: {debian-13: {templateVMID: 9000}}
-      isoStorage: seeds
-      acceptLoopbackAddresses: true
-      budgets: {pollInterval: %s}
-`
-
-var zones = []string{"rack-a", "rack-b", "rack-c"}
 
 // options are the command's flags.
 type options struct {
@@ -249,9 +201,11 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// bench is the world of one proxy count: a fresh simulator, a fresh
-// namespace and an operator confined to it.
+// bench is the world of one proxy count: a fresh simulated cluster (three
+// nodes, one zone each, guests off), a fresh namespace and an operator
+// confined to it.
 type bench struct {
+	*pvelab.Lab
 	sim  *pvesim.Sim
 	prov provider.Provider
 	cfg  *config.Config
@@ -259,56 +213,25 @@ type bench struct {
 }
 
 func newBench(ctx context.Context, o options) (*bench, error) {
-	simCfg, err := pvesim.ParseConfig(fmt.Appendf(nil, simCluster, o.speed))
+	dir, err := os.MkdirTemp("", "egress-proxies-bench-")
 	if err != nil {
-		return nil, fmt.Errorf("parsing the simulator config: %w", err)
-	}
-	sim, err := pvesim.New(simCfg)
-	if err != nil {
-		return nil, fmt.Errorf("building the simulator: %w", err)
-	}
-	base, err := sim.Serve(ctx, pvesim.ServeOptions{Addr: "127.0.0.1:0", TLS: true})
-	if err != nil {
-		_ = sim.Close()
-		return nil, fmt.Errorf("serving the simulator: %w", err)
-	}
-	b := &bench{sim: sim}
-	if b.dir, err = os.MkdirTemp("", "egress-proxies-bench-"); err != nil {
-		b.close()
 		return nil, fmt.Errorf("making a temporary directory: %w", err)
 	}
-	token, ca := filepath.Join(b.dir, "token"), filepath.Join(b.dir, "ca.pem")
-	if err := errors.Join(os.WriteFile(token, []byte("op@pve!bench=fake-bench-secret\n"), 0o600),
-		os.WriteFile(ca, sim.CACertPEM(), 0o600)); err != nil {
-		b.close()
-		return nil, fmt.Errorf("writing the token and CA: %w", err)
-	}
-	b.cfg, err = config.Parse(fmt.Appendf(nil, providersYAML, base, token, ca, o.pollInterval),
-		config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }})
+	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 3, Speed: o.speed, PollInterval: o.pollInterval, Dir: dir})
 	if err != nil {
-		b.close()
-		return nil, fmt.Errorf("parsing the providers config: %w", err)
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("starting the simulated cluster: %w", err)
 	}
-	return b, nil
+	return &bench{Lab: lab, sim: lab.Sim, cfg: lab.Config, dir: dir}, nil
 }
 
 func (b *bench) close() {
-	_ = b.sim.Close()
-	if b.dir != "" {
-		_ = os.RemoveAll(b.dir)
-	}
+	b.Close()
+	_ = os.RemoveAll(b.dir)
 }
 
 // clones counts the VMs that are not templates.
-func (b *bench) clones() int {
-	n := 0
-	for _, vm := range b.sim.VMs() {
-		if !vm.Template {
-			n++
-		}
-	}
-	return n
-}
+func (b *bench) clones() int { return len(b.Clones()) }
 
 // startOperator runs the controllers with the proxmox provider, as the
 // binary wires them, confined to namespace ns; stop ends it and waits.
@@ -392,7 +315,7 @@ func benchOne(ctx context.Context, o options, restCfg *rest.Config, scheme *krun
 	}
 	warm := &crawlv1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "warm-up"},
-		Spec:       crawlv1alpha1.ProxySpec{Provider: "lab", Zone: zones[0], MachineType: "small", Image: "debian-13"},
+		Spec:       crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, Zone: b.Zones[0], MachineType: pvelab.MachineType, Image: pvelab.Image},
 	}
 	if err := k8s.Create(ctx, warm, client.DryRunAll); err != nil {
 		return r, fmt.Errorf("dry-run create: %w", err)
@@ -407,7 +330,7 @@ func benchOne(ctx context.Context, o options, restCfg *rest.Config, scheme *krun
 	for i := range n {
 		p := &crawlv1alpha1.Proxy{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("egress-%04d", i)},
-			Spec:       crawlv1alpha1.ProxySpec{Provider: "lab", Zone: zones[i%len(zones)], MachineType: "small", Image: "debian-13"},
+			Spec:       crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, Zone: b.Zones[i%len(b.Zones)], MachineType: pvelab.MachineType, Image: pvelab.Image},
 		}
 		if err := k8s.Create(ctx, p); err != nil {
 			return r, fmt.Errorf("creating proxy %s: %w", p.Name, err)

@@ -49,51 +49,8 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
-
-// cluster is the simulated Proxmox VE cluster: three nodes, a template on
-// each, a seed storage, and the provider's token (a fake secret).
-const cluster = `
-nodes: [{name: pve1}, {name: pve2}, {name: pve3}]
-storages:
-  - {id: local-lvm, type: lvmthin, content: [images]}
-  - {id: seeds, type: dir, content: [iso]}
-templates:
-  - {vmid: 9000, node: pve1, name: debian-13, disks: [{slot: scsi0, storage: local-lvm, size: 3G}], boot: order=scsi0,
-     net0: "virtio=BC:24:11:00:90:00,bridge=vmbr0", agent: "1"}
-tokens:
-  - id: "operator@pve!demo"
-    secret: "demo-secret-not-a-real-one"
-    acl:
-      - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
-      - path: /storage/seeds
-        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
-`
-
-// providersYAML points the operator at the simulator; %s are the API URL,
-// the token file and the CA file.
-const providersYAML = `
-providers:
-  - name: lab
-    type: proxmox
-    zones: [rack-a, rack-b, rack-c]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
-    images: [debian-13]
-    proxmox:
-      apiURL: %s
-      tokenFile: %s
-      caFile: %s
-      zones: {rack-a: {nodes: [pve1]}, rack-b: {nodes: [pve2]}, rack-c: {nodes: [pve3]}}
-      images: {debian-13: {templateVMID: 9000}}
-      isoStorage: seeds
-      acceptLoopbackAddresses: true
-      budgets: {pollInterval: 500ms}
-`
 
 // options are the demo's flags.
 type options struct {
@@ -150,37 +107,14 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	simCfg, err := pvesim.ParseConfig([]byte(cluster))
+	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 3, Speed: o.speed, Guests: true, PollInterval: 500 * time.Millisecond, Dir: dir})
 	if err != nil {
 		return err
 	}
-	simCfg.Speed = o.speed
-	runner := &guests.Runner{}
-	defer runner.Close()
-	sim, err := pvesim.New(simCfg, pvesim.WithGuestRunner(runner))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sim.Close() }()
-	simCtx, stopSim := context.WithCancel(ctx)
-	defer stopSim()
-	apiURL, err := sim.Serve(simCtx, pvesim.ServeOptions{Addr: "127.0.0.1:0", TLS: true})
-	if err != nil {
-		return err
-	}
-	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
-	if err := errors.Join(
-		os.WriteFile(token, []byte("operator@pve!demo=demo-secret-not-a-real-one\n"), 0o600),
-		os.WriteFile(ca, sim.CACertPEM(), 0o600)); err != nil {
-		return err
-	}
-	say("simulated Proxmox VE cluster (pve1, pve2, pve3) at %s, %gx real-host pace; its VMs run the proxy their seed configures", apiURL, o.speed)
+	defer lab.Close()
+	sim, cfg := lab.Sim, lab.Config
+	say("simulated Proxmox VE cluster (pve1, pve2, pve3) at %s, %gx real-host pace; its VMs run the proxy their seed configures", lab.APIURL, o.speed)
 
-	cfg, err := config.Parse(fmt.Appendf(nil, providersYAML, apiURL, token, ca),
-		config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }})
-	if err != nil {
-		return err
-	}
 	stopOperator, err := startOperator(ctx, restCfg, scheme, cfg)
 	if err != nil {
 		return err
@@ -196,10 +130,10 @@ func run(ctx context.Context, o options) error {
 	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return err
 	}
-	for i, zone := range []string{"rack-a", "rack-b", "rack-c"} {
+	for i, zone := range lab.Zones {
 		p := &crawlv1alpha1.Proxy{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("egress-%d", i+1)},
-			Spec:       crawlv1alpha1.ProxySpec{Provider: "lab", Zone: zone, MachineType: "small", Image: "debian-13"},
+			Spec:       crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, Zone: zone, MachineType: pvelab.MachineType, Image: pvelab.Image},
 		}
 		if err := k8s.Create(ctx, p); err != nil {
 			return err

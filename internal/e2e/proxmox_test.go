@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,8 +27,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
@@ -39,111 +37,24 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) { env = e }))
 }
 
-// simCluster is a two-node simulated Proxmox VE cluster with one template
-// per node, at 200 times real-host pace.
-const simCluster = `
-speed: 200
-nodes: [{name: pve1}, {name: pve2}]
-storages:
-  - {id: local-lvm, type: lvmthin, content: [images]}
-  - {id: seeds, type: dir, content: [iso]}
-templates:
-  - vmid: 9000
-    node: pve1
-    name: debian-13
-    disks: [{slot: scsi0, storage: local-lvm, size: 3G}]
-    boot: order=scsi0
-    net0: virtio=BC:24:11:00:90:00,bridge=vmbr0
-    agent: "1"
-tokens:
-  - id: "op@pve!e2e"
-    secret: "fake-e2e-secret"
-    acl:
-      - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
-      - path: /storage/seeds
-        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
-`
-
-// world is a simulator, its guests, and the providers configuration that
-// points the operator at it.
+// world is a two-node simulated Proxmox VE cluster at 200 times real-host
+// pace, whose VMs serve, with one zone over both nodes.
 type world struct {
-	sim *pvesim.Sim
+	*pvelab.Lab
 	cfg *config.Config
 }
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	simCfg, err := pvesim.ParseConfig([]byte(simCluster))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner := &guests.Runner{}
-	t.Cleanup(runner.Close)
-	sim, err := pvesim.New(simCfg, pvesim.WithGuestRunner(runner))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	base, err := sim.Serve(ctx, pvesim.ServeOptions{Addr: "127.0.0.1:0", TLS: true})
+	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 2, Speed: 200, Guests: true,
+		Zones: map[string][]string{"rack-a": {"pve1", "pve2"}}, PollInterval: 20 * time.Millisecond, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	token, ca := filepath.Join(dir, "token"), filepath.Join(dir, "ca.pem")
-	if err := os.WriteFile(token, []byte("op@pve!e2e=fake-e2e-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(ca, sim.CACertPEM(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf(`
-providers:
-  - name: lab
-    type: proxmox
-    zones: [rack-a]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
-    images: [debian-13]
-    proxmox:
-      apiURL: %s
-      tokenFile: %s
-      caFile: %s
-      zones: {rack-a: {nodes: [pve1, pve2]}}
-      images: {debian-13: {templateVMID: 9000}}
-      isoStorage: seeds
-      acceptLoopbackAddresses: true
-      budgets: {pollInterval: 20ms}
-`, base, token, ca)), config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &world{sim: sim, cfg: cfg}
-}
-
-// clones returns the VMs that are not templates.
-func (w *world) clones() []pvesim.VMInfo {
-	var out []pvesim.VMInfo
-	for _, vm := range w.sim.VMs() {
-		if !vm.Template {
-			out = append(out, vm)
-		}
-	}
-	return out
-}
-
-// seedLeft reports whether a seed ISO of the named instance is still on
-// any node's seed storage.
-func (w *world) seedLeft(instanceName string) bool {
-	for _, node := range []string{"pve1", "pve2"} {
-		if _, ok := w.sim.VolumePath(node, "seeds:iso/"+instanceName+"-seed.iso"); ok {
-			return true
-		}
-	}
-	return false
+	t.Cleanup(lab.Close)
+	return &world{Lab: lab, cfg: lab.Config}
 }
 
 // startOperator runs the controllers with the proxmox provider, as the
@@ -247,7 +158,7 @@ func TestProxyOnProxmoxServesRequests(t *testing.T) {
 
 	key := client.ObjectKey{Namespace: ns, Name: "egress-1"}
 	proxy := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
-		Spec: crawlv1alpha1.ProxySpec{Provider: "lab", MachineType: "small", Image: "debian-13"}}
+		Spec: crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}}
 	if err := env.Client.Create(ctx, proxy); err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +186,7 @@ func TestProxyOnProxmoxServesRequests(t *testing.T) {
 	if code := get(t, without, origin.URL); code != http.StatusProxyAuthRequired {
 		t.Errorf("through %s without credentials: status %d, want 407", p.Status.URL, code)
 	}
-	if n := len(w.clones()); n != 1 {
+	if n := len(w.Clones()); n != 1 {
 		t.Errorf("VMs = %d, want 1", n)
 	}
 
@@ -286,10 +197,10 @@ func TestProxyOnProxmoxServesRequests(t *testing.T) {
 		err := env.Client.Get(ctx, key, &crawlv1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), "proxy still exists"
 	})
-	if vms := w.clones(); len(vms) != 0 {
+	if vms := w.Clones(); len(vms) != 0 {
 		t.Errorf("VMs left after delete: %+v", vms)
 	}
-	if w.seedLeft(p.Status.InstanceName) {
+	if w.SeedLeft(p.Status.InstanceName) {
 		t.Errorf("the seed of %s was left behind", p.Status.InstanceName)
 	}
 }
@@ -304,7 +215,7 @@ func TestUnreachableNodeShowsInHealthAndKeepsItsProxy(t *testing.T) {
 	ctx := context.Background()
 	key := client.ObjectKey{Namespace: ns, Name: "egress-1"}
 	proxy := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
-		Spec: crawlv1alpha1.ProxySpec{Provider: "lab", MachineType: "small", Image: "debian-13"}}
+		Spec: crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}}
 	if err := env.Client.Create(ctx, proxy); err != nil {
 		t.Fatal(err)
 	}
@@ -314,10 +225,10 @@ func TestUnreachableNodeShowsInHealthAndKeepsItsProxy(t *testing.T) {
 		return ready.Status.Phase == crawlv1alpha1.ProxyPhaseReady, "phase " + string(ready.Status.Phase)
 	})
 	node := ready.Status.Node
-	w.sim.SetNodeUnreachable(node, true, 595, "")
+	w.Sim.SetNodeUnreachable(node, true, 595, "")
 	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
 		var ph crawlv1alpha1.ProviderHealth
-		if err := env.Client.Get(ctx, client.ObjectKey{Name: "lab"}, &ph); err != nil {
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: pvelab.EntryName}, &ph); err != nil {
 			return false, err.Error()
 		}
 		for _, tg := range ph.Status.Targets {
@@ -329,11 +240,11 @@ func TestUnreachableNodeShowsInHealthAndKeepsItsProxy(t *testing.T) {
 	})
 	testenv.Consistently(t, 2*time.Second, func() (bool, string) {
 		p := getProxy(t, key)
-		n := len(w.clones())
+		n := len(w.Clones())
 		return p.Status.InstanceID == ready.Status.InstanceID && p.DeletionTimestamp == nil && n == 1,
 			fmt.Sprintf("instance %s (was %s), %d VMs, phase %s", p.Status.InstanceID, ready.Status.InstanceID, n, p.Status.Phase)
 	})
-	w.sim.SetNodeUnreachable(node, false, 0, "")
+	w.Sim.SetNodeUnreachable(node, false, 0, "")
 	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
 		p := getProxy(t, key)
 		return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.Status.InstanceID == ready.Status.InstanceID, "phase " + string(p.Status.Phase)
@@ -349,7 +260,7 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 	ctx := context.Background()
 	key := client.ObjectKey{Namespace: ns, Name: "egress-1"}
 	proxy := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
-		Spec: crawlv1alpha1.ProxySpec{Provider: "lab", MachineType: "small", Image: "debian-13"}}
+		Spec: crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}}
 	if err := env.Client.Create(ctx, proxy); err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +273,7 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 		<-tick.C
 		stop()
 		restarts++
-		if n := len(w.clones()); n > 1 {
+		if n := len(w.Clones()); n > 1 {
 			t.Fatalf("round %d: %d VMs for one Proxy", round, n)
 		}
 		if getProxy(t, key).Status.Phase == crawlv1alpha1.ProxyPhaseReady || round > 60 {
@@ -374,7 +285,7 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 		p := getProxy(t, key)
 		return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, "phase " + string(p.Status.Phase)
 	})
-	if n := len(w.clones()); n != 1 {
+	if n := len(w.Clones()); n != 1 {
 		t.Fatalf("after %d restarts during create: %d VMs, want 1", restarts, n)
 	}
 	t.Logf("create survived %d operator restarts", restarts)
@@ -382,7 +293,7 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 	// The same during delete: stop, seed delete and destroy are each
 	// interrupted somewhere.
 	instanceName := getProxy(t, key).Status.InstanceName
-	if !w.seedLeft(instanceName) {
+	if !w.SeedLeft(instanceName) {
 		t.Fatalf("no seed found for %s: the leak check below would pass vacuously", instanceName)
 	}
 	if err := env.Client.Delete(ctx, getProxy(t, key)); err != nil {
@@ -399,10 +310,10 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 	}
 	w.startOperator(t, ns)
 	testenv.Eventually(t, 60*time.Second, func() (bool, string) { return gone(), "proxy still exists" })
-	if vms := w.clones(); len(vms) != 0 {
+	if vms := w.Clones(); len(vms) != 0 {
 		t.Errorf("after %d restarts during delete, VMs left: %+v", restarts, vms)
 	}
-	if w.seedLeft(instanceName) {
+	if w.SeedLeft(instanceName) {
 		t.Errorf("after %d restarts during delete, the seed of %s was left behind", restarts, instanceName)
 	}
 	t.Logf("delete survived %d operator restarts", restarts)

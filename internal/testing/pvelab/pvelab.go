@@ -1,0 +1,202 @@
+package pvelab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+)
+
+// The cluster's fixed names.
+const (
+	// EntryName is the providers configuration entry that points at the lab.
+	EntryName = "lab"
+	// Image is the catalogue image, served by template 9000 on pve1.
+	Image = "debian-13"
+	// MachineType is the catalogue's one machine type.
+	MachineType = "small"
+	// tokenID and tokenSecret are the provider's token; the secret is a
+	// fake value, good for nothing but the simulator.
+	tokenID     = "operator@pve!lab"
+	tokenSecret = "lab-secret-not-a-real-one"
+)
+
+// cluster is the simulated cluster; %s is the node list.
+const cluster = `
+nodes: [%s]
+storages:
+  - {id: local-lvm, type: lvmthin, content: [images]}
+  - {id: seeds, type: dir, content: [iso]}
+templates:
+  - {vmid: 9000, node: pve1, name: debian-13, disks: [{slot: scsi0, storage: local-lvm, size: 3G}], boot: order=scsi0,
+     net0: "virtio=BC:24:11:00:90:00,bridge=vmbr0", agent: "1"}
+tokens:
+  - id: "` + tokenID + `"
+    secret: "` + tokenSecret + `"
+    acl:
+      - path: /
+        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
+          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
+          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
+      - path: /storage/seeds
+        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
+`
+
+// Options shape the lab.
+type Options struct {
+	// Nodes is the number of nodes, pve1 to pveN; zero means 3.
+	Nodes int
+	// Speed is the simulator's speed-up over real-host pace; zero means 1.
+	Speed float64
+	// Guests makes the VMs run the proxy their seed configures.
+	Guests bool
+	// Zones maps each zone to its nodes; nil means one zone per node,
+	// rack-a on pve1, rack-b on pve2 and so on.
+	Zones map[string][]string
+	// PollInterval is the provider's budgets.pollInterval; zero keeps the
+	// provider's default.
+	PollInterval time.Duration
+	// Dir receives the token and CA files; it must exist.
+	Dir string
+}
+
+// Lab is a running simulated cluster.
+type Lab struct {
+	// Sim is the simulator, for faults, counters and inspection.
+	Sim *pvesim.Sim
+	// APIURL is its HTTPS address.
+	APIURL string
+	// Config is a providers configuration with one proxmox entry,
+	// EntryName, pointing at the lab.
+	Config *config.Config
+	// Zones are the entry's zones, sorted.
+	Zones  []string
+	nodes  []string
+	runner *guests.Runner
+}
+
+// Start starts the lab; it runs until ctx ends or Close is called.
+func Start(ctx context.Context, o Options) (*Lab, error) {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.Speed == 0 {
+		o.Speed = 1
+	}
+	l := &Lab{}
+	entries := make([]string, 0, o.Nodes)
+	for i := 1; i <= o.Nodes; i++ {
+		l.nodes = append(l.nodes, fmt.Sprintf("pve%d", i))
+		entries = append(entries, fmt.Sprintf("{name: pve%d}", i))
+	}
+	simCfg, err := pvesim.ParseConfig(fmt.Appendf(nil, cluster, strings.Join(entries, ", ")))
+	if err != nil {
+		return nil, fmt.Errorf("the lab's cluster: %w", err)
+	}
+	simCfg.Speed = o.Speed
+	var simOpts []pvesim.Option
+	if o.Guests {
+		l.runner = &guests.Runner{}
+		simOpts = append(simOpts, pvesim.WithGuestRunner(l.runner))
+	}
+	if l.Sim, err = pvesim.New(simCfg, simOpts...); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if l.APIURL, err = l.Sim.Serve(ctx, pvesim.ServeOptions{Addr: "127.0.0.1:0", TLS: true}); err != nil {
+		l.Close()
+		return nil, err
+	}
+	token, ca := filepath.Join(o.Dir, "token"), filepath.Join(o.Dir, "ca.pem")
+	if err := errors.Join(
+		os.WriteFile(token, []byte(tokenID+"="+tokenSecret+"\n"), 0o600),
+		os.WriteFile(ca, l.Sim.CACertPEM(), 0o600)); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if l.Config, err = config.Parse([]byte(l.providersYAML(o, token, ca)),
+		config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }}); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("the lab's providers configuration: %w", err)
+	}
+	return l, nil
+}
+
+// providersYAML renders the configuration of the lab's entry.
+func (l *Lab) providersYAML(o Options, token, ca string) string {
+	zones := o.Zones
+	if zones == nil {
+		zones = map[string][]string{}
+		for i := 1; i <= o.Nodes; i++ {
+			zones[fmt.Sprintf("rack-%c", 'a'+i-1)] = []string{fmt.Sprintf("pve%d", i)}
+		}
+	}
+	for z := range zones {
+		l.Zones = append(l.Zones, z)
+	}
+	sort.Strings(l.Zones)
+	placement := make([]string, 0, len(zones))
+	for _, z := range l.Zones {
+		placement = append(placement, fmt.Sprintf("%s: {nodes: [%s]}", z, strings.Join(zones[z], ", ")))
+	}
+	budgets := ""
+	if o.PollInterval > 0 {
+		budgets = fmt.Sprintf("\n      budgets: {pollInterval: %s}", o.PollInterval)
+	}
+	return fmt.Sprintf(`
+providers:
+  - name: %s
+    type: proxmox
+    zones: [%s]
+    machineTypes: [{name: %s, cpus: 1, memoryMiB: 512}]
+    images: [%s]
+    proxmox:
+      apiURL: %s
+      tokenFile: %s
+      caFile: %s
+      zones: {%s}
+      images: {%s: {templateVMID: 9000}}
+      isoStorage: seeds
+      acceptLoopbackAddresses: true%s
+`, EntryName, strings.Join(l.Zones, ", "), MachineType, Image, l.APIURL, token, ca, strings.Join(placement, ", "), Image, budgets)
+}
+
+// Clones returns the VMs that are not templates.
+func (l *Lab) Clones() []pvesim.VMInfo {
+	var out []pvesim.VMInfo
+	for _, vm := range l.Sim.VMs() {
+		if !vm.Template {
+			out = append(out, vm)
+		}
+	}
+	return out
+}
+
+// SeedLeft reports whether a seed ISO of the named instance is on any
+// node's seed storage.
+func (l *Lab) SeedLeft(instanceName string) bool {
+	for _, node := range l.nodes {
+		if _, ok := l.Sim.VolumePath(node, "seeds:iso/"+instanceName+"-seed.iso"); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Close stops the guests and the simulator.
+func (l *Lab) Close() {
+	if l.runner != nil {
+		l.runner.Close()
+	}
+	if l.Sim != nil {
+		_ = l.Sim.Close()
+	}
+}
