@@ -29,26 +29,19 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
-	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
@@ -233,47 +226,22 @@ func (b *bench) close() {
 // clones counts the VMs that are not templates.
 func (b *bench) clones() int { return len(b.Clones()) }
 
-// startOperator runs the controllers with the proxmox provider, as the
-// binary wires them, confined to namespace ns; stop ends it and waits.
+// startOperator runs the operator confined to namespace ns. The provider is
+// built once per proxy count and kept across restarts, so that its caches
+// count in the simulator's share of the heap, not the operator's.
 func (b *bench) startOperator(ctx context.Context, o options, restCfg *rest.Config, scheme *kruntime.Scheme, ns string) (stop func() error, err error) {
-	cacheOpts := controller.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Cache: cacheOpts,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("building the manager: %w", err)
-	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		return nil, fmt.Errorf("building the metrics: %w", err)
-	}
-	e := &b.cfg.Providers[0]
 	if b.prov == nil {
-		p, err := proxmox.New(proxmox.Options{Entry: e})
-		if err != nil {
-			return nil, fmt.Errorf("building the proxmox provider: %w", err)
+		if b.prov, err = b.NewProvider(); err != nil {
+			return nil, err
 		}
-		b.prov = p
 	}
-	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: b.cfg, Metrics: m, SkipNameValidation: true,
-		Providers:    map[string]provider.Provider{e.Name: instrumented.Wrap(b.prov, instrumented.Options{Name: e.Name, Type: e.Type, Metrics: m})},
-		PollInterval: o.notReadyInterval, ResyncInterval: o.resyncInterval, MaxConcurrentReconciles: o.workers,
-		HealthInterval: o.healthInterval, GCInterval: time.Hour,
-	}); err != nil {
-		return nil, fmt.Errorf("setting up the controllers: %w", err)
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	return func() error {
-		cancel()
-		if err := <-done; err != nil {
-			return fmt.Errorf("operator: %w", err)
-		}
-		return nil
-	}, nil
+	return b.StartOperator(ctx, pvelab.OperatorOptions{
+		RestConfig: restCfg, Scheme: scheme, Namespace: ns, Provider: b.prov,
+		Controller: controller.Options{
+			PollInterval: o.notReadyInterval, ResyncInterval: o.resyncInterval, MaxConcurrentReconciles: o.workers,
+			HealthInterval: o.healthInterval, GCInterval: time.Hour,
+		},
+	})
 }
 
 func benchOne(ctx context.Context, o options, restCfg *rest.Config, scheme *kruntime.Scheme, k8s client.Client, n int) (result, error) {

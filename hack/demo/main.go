@@ -29,26 +29,17 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
-	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
 
@@ -112,14 +103,17 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer lab.Close()
-	sim, cfg := lab.Sim, lab.Config
+	sim := lab.Sim
 	say("simulated Proxmox VE cluster (pve1, pve2, pve3) at %s, %gx real-host pace; its VMs run the proxy their seed configures", lab.APIURL, o.speed)
 
-	stopOperator, err := startOperator(ctx, restCfg, scheme, cfg)
+	stopOperator, err := lab.StartOperator(ctx, pvelab.OperatorOptions{
+		RestConfig: restCfg, Scheme: scheme,
+		Controller: controller.Options{PollInterval: 500 * time.Millisecond, ResyncInterval: 10 * time.Second, HealthInterval: 5 * time.Second},
+	})
 	if err != nil {
 		return err
 	}
-	defer stopOperator()
+	defer func() { _ = stopOperator() }()
 	say("operator running with provider entry \"lab\" (zones rack-a, rack-b, rack-c on pve1, pve2, pve3)")
 
 	k8s, err := client.New(restCfg, client.Options{Scheme: scheme})
@@ -197,44 +191,6 @@ func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
 	}
 	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, kc, 0o600)
-}
-
-// startOperator runs the controllers with the proxmox provider, as the
-// binary wires them, and returns a function that stops them and waits.
-func startOperator(ctx context.Context, restCfg *rest.Config, scheme *runtime.Scheme, cfg *config.Config) (func(), error) {
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Cache: controller.CacheOptions(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		return nil, err
-	}
-	providers := map[string]provider.Provider{}
-	for i := range cfg.Providers {
-		e := &cfg.Providers[i]
-		p, err := proxmox.New(proxmox.Options{Entry: e})
-		if err != nil {
-			return nil, err
-		}
-		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{Name: e.Name, Type: e.Type, Metrics: m})
-	}
-	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: cfg, Providers: providers, Metrics: m,
-		PollInterval: 500 * time.Millisecond, ResyncInterval: 10 * time.Second, HealthInterval: 5 * time.Second,
-	}); err != nil {
-		return nil, err
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = mgr.Start(mctx)
-	}()
-	return func() { cancel(); <-done }, nil
 }
 
 // requestThrough sends a request through a Proxy with the credentials from

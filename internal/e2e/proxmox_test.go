@@ -8,25 +8,18 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
-	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
@@ -57,49 +50,23 @@ func newWorld(t *testing.T) *world {
 	return &world{Lab: lab, cfg: lab.Config}
 }
 
-// startOperator runs the controllers with the proxmox provider, as the
-// binary wires them, confined to namespace ns; stop ends it and waits.
+// startOperator runs the operator, as the binary wires it, confined to
+// namespace ns, with a fresh provider as a restarted binary would have; stop
+// ends it and waits, and runs at cleanup if the test did not call it.
 func (w *world) startOperator(t *testing.T, ns string) (stop func()) {
 	t.Helper()
-	cacheOpts := controller.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{ns: {}}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Cache: cacheOpts,
+	stopErr, err := w.StartOperator(context.Background(), pvelab.OperatorOptions{
+		RestConfig: env.Config, Scheme: env.Scheme, Namespace: ns,
+		Controller: controller.Options{
+			PollInterval: 50 * time.Millisecond, ResyncInterval: 200 * time.Millisecond,
+			HealthInterval: 200 * time.Millisecond, GCInterval: time.Hour,
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &w.cfg.Providers[0]
-	p, err := proxmox.New(proxmox.Options{Entry: e})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: w.cfg, Metrics: m, SkipNameValidation: true,
-		Providers:    map[string]provider.Provider{e.Name: instrumented.Wrap(p, instrumented.Options{Name: e.Name, Type: e.Type, Metrics: m})},
-		PollInterval: 50 * time.Millisecond, ResyncInterval: 200 * time.Millisecond,
-		HealthInterval: 200 * time.Millisecond, GCInterval: time.Hour,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = mgr.Start(ctx)
-	}()
-	var once bool
-	stop = func() {
-		if !once {
-			once = true
-			cancel()
-			<-done
-		}
-	}
+	var once sync.Once
+	stop = func() { once.Do(func() { _ = stopErr() }) }
 	t.Cleanup(stop)
 	return stop
 }
