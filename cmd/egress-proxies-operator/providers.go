@@ -33,14 +33,14 @@ type providerType struct {
 
 // providerTypes is the one place where provider types are registered.
 var providerTypes = map[string]providerType{
-	config.KubernetesType: {
-		block: func() config.Block { return &config.KubernetesBlock{} },
+	kubernetes.TypeName: {
+		block: func() config.Block { return &kubernetes.Block{} },
 		build: func(e *config.Entry, d deps) (provider.Provider, error) {
 			return kubernetes.New(kubernetes.Options{Entry: e, Client: d.client, APIReader: d.apiReader, DefaultImage: d.ownImage})
 		},
 	},
-	config.ProxmoxType: {
-		block: func() config.Block { return &config.ProxmoxBlock{} },
+	proxmox.TypeName: {
+		block: func() config.Block { return &proxmox.Block{} },
 		build: func(e *config.Entry, _ deps) (provider.Provider, error) {
 			return proxmox.New(proxmox.Options{Entry: e, Log: ctrl.Log.WithName("proxmox")})
 		},
@@ -60,7 +60,7 @@ func registry() config.Registry {
 func podNamespaces(cfg *config.Config) []string {
 	var out []string
 	for _, e := range cfg.Providers {
-		if b, ok := e.Block.(*config.KubernetesBlock); ok {
+		if b, ok := e.Block.(*kubernetes.Block); ok {
 			out = append(out, b.Namespace)
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
 
 // repoRoot returns the repository's root directory, two levels above this
@@ -39,7 +40,7 @@ func repoRoot(t *testing.T) string {
 // parse.
 func registry() config.Registry {
 	return config.Registry{
-		config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} },
+		kubernetes.TypeName: func() config.Block { return &kubernetes.Block{} },
 	}
 }
 

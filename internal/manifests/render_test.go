@@ -15,6 +15,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
 
 // defaultChecks are the checks of config/default.
@@ -372,7 +373,7 @@ func checkSamples(proxies []*crawlv1alpha1.Proxy, samples, installed *config.Con
 			errs = append(errs, fmt.Errorf("Proxy %s against config/samples/providers.yaml: %w", p.Name, err))
 			continue
 		}
-		if pl.Entry.Type == config.KubernetesType {
+		if pl.Entry.Type == kubernetes.TypeName {
 			if _, err := installed.Resolve(s.Provider, s.Zone, s.MachineType, s.Image); err != nil {
 				errs = append(errs, fmt.Errorf("Proxy %s against config/manager/providers.yaml: %w", p.Name, err))
 			}

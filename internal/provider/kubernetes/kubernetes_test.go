@@ -78,7 +78,7 @@ providers:
     images: [default]
     kubernetes:
       namespace: %s
-%s`, podNS, block)), config.Registry{config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} }})
+%s`, podNS, block)), config.Registry{kubernetes.TypeName: func() config.Block { return &kubernetes.Block{} }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ providers:
     machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
     images: [default]
     kubernetes: {namespace: %s}
-`, zone, podNS)), config.Registry{config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} }})
+`, zone, podNS)), config.Registry{kubernetes.TypeName: func() config.Block { return &kubernetes.Block{} }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
 )
@@ -123,7 +124,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		return nil, err
 	}
 	if l.Config, err = config.Parse([]byte(l.providersYAML(o, token, ca)),
-		config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }}); err != nil {
+		config.Registry{proxmox.TypeName: func() config.Block { return &proxmox.Block{} }}); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("the lab's providers configuration: %w", err)
 	}
