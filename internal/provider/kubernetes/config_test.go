@@ -7,11 +7,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
 
 func kubernetesRegistry() config.Registry {
-	return config.Registry{kubernetes.TypeName: func() config.Block { return &kubernetes.Block{} }}
+	return provider.Types{kubernetes.Type}.Registry()
 }
 
 const kubernetesEntry = `

@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
 func proxmoxRegistry() config.Registry {
-	return config.Registry{proxmox.TypeName: func() config.Block { return &proxmox.Block{} }}
+	return provider.Types{proxmox.Type}.Registry()
 }
 
 const proxmoxEntry = `
