@@ -89,9 +89,14 @@ func TestLab(t *testing.T) {
 	}
 
 	// Through the sshd, with the lab's key and strict host key checking.
-	out, err := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "virsh", "-q", "-c", "qemu:///system", "domstate", "noos").CombinedOutput()
+	// Only stdout counts: a login shell's rc files may write to stderr (a
+	// real host's do too), and the providers read stdout alone.
+	var stderr strings.Builder
+	cmd := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "virsh", "-q", "-c", "qemu:///system", "domstate", "noos")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(out)) != "running" {
-		t.Fatalf("virsh over ssh: %v: %s", err, out)
+		t.Fatalf("virsh over ssh: %v: %s\nstderr: %s", err, out, stderr.String())
 	}
 	// A forwarded unix stream to the libvirt socket, as kvm2 uses it.
 	local := filepath.Join(l.Dir, "fwd.sock")
