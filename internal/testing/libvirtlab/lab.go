@@ -145,9 +145,11 @@ func Start(t testing.TB, opts Options) *Lab {
 		defer labMu.Unlock()
 		l.teardown()
 	})
+	began := time.Now()
 	if err := l.start(opts); err != nil {
 		t.Fatalf("libvirtlab: %v", err)
 	}
+	t.Logf("libvirtlab: lab up in %s (ssh %s, pool %s, network %s on %s)", time.Since(began).Round(time.Millisecond), l.SSHAddr, l.Pool, l.Network, l.NetworkCIDR)
 	return l
 }
 
@@ -164,6 +166,9 @@ func (l *Lab) start(opts Options) error {
 		return err
 	}
 	if err := l.writeSSHConfig(); err != nil {
+		return err
+	}
+	if err := l.privateHome(); err != nil {
 		return err
 	}
 	// Their pid files default to /run/virtlogd.pid and /run/libvirtd.pid,
@@ -355,6 +360,44 @@ LogLevel VERBOSE
 Subsystem sftp internal-sftp
 `, port, hostKey, filepath.Join(sshDir, "sshd.pid"), authorized)
 	return os.WriteFile(filepath.Join(sshDir, "sshd_config"), []byte(conf), 0o600)
+}
+
+// privateHome gives the SSH user a home directory of the lab's own, by
+// bind-mounting over /etc/passwd a copy in which root's home is the lab's.
+// Otherwise the sessions' shells would run the machine's /root dotfiles,
+// which may print, take time or race between concurrent sessions (one such
+// made a session's output carry an error from a shell hook).
+func (l *Lab) privateHome() error {
+	home := filepath.Join(l.Dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return err
+	}
+	b, err := readFile("/etc/passwd")
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	found := false
+	for i, line := range lines {
+		f := strings.Split(line, ":")
+		if len(f) == 7 && f[0] == l.SSHUser {
+			f[5] = home
+			lines[i] = strings.Join(f, ":")
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("no %s in /etc/passwd", l.SSHUser)
+	}
+	passwd := filepath.Join(l.Dir, "passwd")
+	if err := os.WriteFile(passwd, []byte(strings.Join(lines, "\n")), 0o644); err != nil { //nolint:gosec // G306: /etc/passwd is world-readable.
+		return err
+	}
+	if err := syscall.Mount(passwd, "/etc/passwd", "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting the lab's passwd: %w", err)
+	}
+	l.mounts = append(l.mounts, "/etc/passwd")
+	return nil
 }
 
 func (l *Lab) waitSSHD() error {
