@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // Options says what a lab holds besides its daemons, pool and network.
@@ -326,7 +328,15 @@ func (l *Lab) waitLibvirtd() error {
 		if err := l.libvirtd.exited(); err != nil {
 			return err
 		}
-		_, err := l.Virsh("version")
+		// A cheap dial first; virsh only once the socket listens.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		c, err := (&net.Dialer{}).DialContext(ctx, "unix", l.SocketPath)
+		if err != nil {
+			return err
+		}
+		_ = c.Close()
+		_, err = l.Virsh("version")
 		return err
 	})
 }
@@ -556,45 +566,29 @@ func (l *Lab) StartLibvirtd() {
 	}
 }
 
-// waitFor polls check until it succeeds, for at most a minute.
+// waitFor polls check (with the tests' one polling helper) until it
+// succeeds, for at most a minute. A daemon that exited ends the wait at once.
 func (l *Lab) waitFor(what string, check func() error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+	var exited error
+	err := poll.Wait(time.Minute, func() (bool, string) {
 		err := check()
 		var exit *exitError
 		if errors.As(err, &exit) {
-			return false, fmt.Errorf("waiting for %s: %w: %s", what, err, l.daemonLogs())
+			exited = err
+			return true, ""
 		}
-		return err == nil, nil
-	}, func() error {
-		return fmt.Errorf("waiting for %s: %s", what, l.daemonLogs())
-	})
-}
-
-// Poll calls cond every interval until it reports done, returns an error,
-// or ctx ends; then it returns onTimeout's error (or ctx's error when
-// onTimeout is nil).
-func Poll(ctx context.Context, interval time.Duration, cond func() (bool, error), onTimeout func() error) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		done, err := cond()
 		if err != nil {
-			return err
+			return false, err.Error()
 		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if onTimeout != nil {
-				return onTimeout()
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
+		return true, ""
+	})
+	if exited != nil {
+		err = exited
 	}
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w: %s", what, err, l.daemonLogs())
+	}
+	return nil
 }
 
 // teardown stops everything the lab started and removes its directories.

@@ -42,25 +42,38 @@ func TestSerialPaths(t *testing.T) {
 	}
 }
 
-func TestLeaseAddr(t *testing.T) {
+func TestParseLeases(t *testing.T) {
 	cases := []struct {
-		name, reason, out string
-		want              netip.Addr
+		name, reason, status string
+		want                 []Lease
+		wantErr              bool
 	}{{
 		name:   "one lease",
-		reason: "virsh -q net-dhcp-leases prints expiry, MAC, protocol, address/prefix, hostname, client id",
-		out:    " 2026-12-01 04:33:46   52:54:00:c6:33:01   ipv4       198.51.100.104/24   real-guest   01:52:54:00:c6:33:01\n",
-		want:   netip.MustParseAddr("198.51.100.104"),
+		reason: "libvirt's lease helper writes a JSON array of dnsmasq's leases",
+		status: `[{"ip-address": "198.51.100.104", "mac-address": "52:54:00:c6:33:01", "hostname": "real-guest", "client-id": "01:52:54:00:c6:33:01", "expiry-time": 1796103226}]`,
+		want: []Lease{{
+			IP: netip.MustParseAddr("198.51.100.104"), MAC: "52:54:00:c6:33:01", Hostname: "real-guest",
+			ClientID: "01:52:54:00:c6:33:01", Expiry: 1796103226,
+		}},
 	}, {
-		name:   "none yet",
-		reason: "no lease: the zero Addr, so the caller polls again",
-		out:    "",
-		want:   netip.Addr{},
+		name:   "empty file",
+		reason: "before the first lease the file may be empty: no leases, no error, so the caller polls again",
+		status: "\n",
+		want:   nil,
+	}, {
+		name:    "garbage",
+		reason:  "a file that is not the helper's JSON is an error, not silently no leases",
+		status:  "lease 198.51.100.104",
+		wantErr: true,
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := leaseAddr(tc.out); got != tc.want {
-				t.Errorf("%s: got %v, want %v", tc.reason, got, tc.want)
+			got, err := parseLeases([]byte(tc.status))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("%s: error %v, want error %v", tc.reason, err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.reason, diff)
 			}
 		})
 	}
