@@ -1,11 +1,15 @@
 package libvirtlab
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +64,42 @@ func (l *Lab) importGuestImage() error {
 	l.Initrd = filepath.Join(dir, "initrd.img")
 	l.KernelCmdline = strings.TrimSpace(string(cmdline))
 	return nil
+}
+
+// Lease is one DHCP lease on the lab network, as libvirt's lease helper
+// records it for dnsmasq.
+type Lease struct {
+	IP       netip.Addr `json:"ip-address"`
+	MAC      string     `json:"mac-address"`
+	Hostname string     `json:"hostname"`
+	ClientID string     `json:"client-id"`
+	Expiry   int64      `json:"expiry-time"`
+}
+
+// Leases returns the network's current DHCP leases (what `virsh
+// net-dhcp-leases` reports) from the status file libvirt keeps for the
+// bridge. It runs no program, so tests can poll it cheaply while a guest
+// under TCG needs the CPU.
+func (l *Lab) Leases() ([]Lease, error) {
+	b, err := readFile("/var/lib/libvirt/dnsmasq/" + l.Bridge + ".status")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseLeases(b)
+}
+
+func parseLeases(b []byte) ([]Lease, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil, nil
+	}
+	var leases []Lease
+	if err := json.Unmarshal(b, &leases); err != nil {
+		return nil, fmt.Errorf("parsing the lease status file: %w", err)
+	}
+	return leases, nil
 }
 
 // SerialLog returns what the domain wrote to its serial console (the file
