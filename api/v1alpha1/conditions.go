@@ -166,8 +166,8 @@ const (
 	// LabelPoolSlot is the member's slot: its index in the pool, which fixes
 	// its placement.
 	LabelPoolSlot = "crawl.example.com/pool-slot"
-	// LabelPoolGeneration counts the replacements of a slot; the successor
-	// of generation g has generation g+1.
+	// LabelPoolGeneration is the member's serial number in its pool; a
+	// successor has a higher one than the member it replaces.
 	LabelPoolGeneration = "crawl.example.com/pool-generation"
 	// LabelTemplateHash is a hash of the template and placement a member was
 	// made from; a member with another hash is rotated.

@@ -133,6 +133,11 @@ type ProxyPoolStatus struct {
 	// change or failed probes).
 	// +optional
 	Rotations int64 `json:"rotations,omitempty"`
+	// nextMemberSerial is the serial number the next member gets. Members
+	// are named after the pool's UID and their serial, which is never
+	// reused.
+	// +optional
+	NextMemberSerial int64 `json:"nextMemberSerial,omitempty"`
 	// listSecretName is the Secret with the published list (with
 	// credentials); listConfigMapName the ConfigMap with the same list
 	// without credentials.

@@ -73,6 +73,58 @@ type ProxyPoolReconciler struct {
 	// pending are rotations started and not yet written to a pool's
 	// status.rotations (its status patch conflicted), by pool.
 	pending map[types.NamespacedName]int64
+	// serials are the pools' next member serials as this process knows
+	// them, ahead of a status write that has not landed.
+	serials map[types.NamespacedName]int
+	// expected are the members this process created and its cache has not
+	// shown yet, by pool, with the time after which to stop waiting.
+	expected map[types.NamespacedName]map[string]time.Time
+}
+
+// expectationMaxWait is how long a pool waits for its cache to show a member
+// it created before it plans without it.
+const expectationMaxWait = 30 * time.Second
+
+// waitingForCache reports whether members this process created are not yet
+// in the cache's list: planning from such a list would create them again.
+func (r *ProxyPoolReconciler) waitingForCache(key types.NamespacedName, proxies []crawlv1alpha1.Proxy, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	exp := r.expected[key]
+	for _, p := range proxies {
+		delete(exp, p.Name)
+	}
+	for name, deadline := range exp {
+		if now.After(deadline) {
+			delete(exp, name)
+		}
+	}
+	return len(exp) > 0
+}
+
+// expectCreated records a member created by this process.
+func (r *ProxyPoolReconciler) expectCreated(key types.NamespacedName, name string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.expected == nil {
+		r.expected = map[types.NamespacedName]map[string]time.Time{}
+	}
+	if r.expected[key] == nil {
+		r.expected[key] = map[string]time.Time{}
+	}
+	r.expected[key][name] = now.Add(expectationMaxWait)
+}
+
+// nextSerial returns the pool's next member serial: the status's, or this
+// process's when it is ahead.
+func (r *ProxyPoolReconciler) nextSerial(key types.NamespacedName, status int64, used int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.serials == nil {
+		r.serials = map[types.NamespacedName]int{}
+	}
+	r.serials[key] = max(r.serials[key], int(status), used)
+	return r.serials[key]
 }
 
 // pendingRotations adds the rotations just started to the pool's pending
@@ -182,8 +234,14 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		if rot := pool.Spec.Rotation; rot != nil && rot.MaxAge != nil {
 			maxAge = rot.MaxAge.Duration
 		}
-		plan = planPool(planInput{slots: slots, members: members, now: now, maxAge: maxAge, maxSurge: surge, maxUnavailable: unavailable})
+		plan = planPool(planInput{slots: slots, members: members, now: now, maxAge: maxAge, maxSurge: surge, maxUnavailable: unavailable,
+			nextSerial: r.nextSerial(req.NamespacedName, pool.Status.NextMemberSerial, 0)})
+		if r.waitingForCache(req.NamespacedName, proxies, now) {
+			// Keep the list and status current, change nothing else.
+			plan = poolPlan{rotating: plan.rotating, waiting: plan.waiting, recheck: staleRequeue}
+		}
 		obs.plan = plan
+		obs.nextSerial = int64(r.nextSerial(req.NamespacedName, pool.Status.NextMemberSerial, plan.nextSerial))
 	} else if c := apimeta.FindStatusCondition(pool.Status.Conditions, crawlv1alpha1.ConditionReady); c == nil || c.Reason != crawlv1alpha1.ReasonPoolInvalidSpec {
 		r.event(&pool, corev1.EventTypeWarning, eventPoolInvalidSpec, "Resolve", "%v", obs.specErr)
 	}
@@ -285,7 +343,11 @@ func (r *ProxyPoolReconciler) carryOut(ctx context.Context, pool *crawlv1alpha1.
 		if err != nil {
 			return done, err
 		}
-		if err := r.Client.Create(ctx, p); err != nil {
+		err = r.Client.Create(ctx, p)
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			r.expectCreated(client.ObjectKeyFromObject(pool), p.Name, r.Now())
+		}
+		if err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
@@ -319,12 +381,12 @@ func (r *ProxyPoolReconciler) carryOut(ctx context.Context, pool *crawlv1alpha1.
 }
 
 // newMember builds the Proxy of a slot and generation.
-func (r *ProxyPoolReconciler) newMember(pool *crawlv1alpha1.ProxyPool, pl crawlv1alpha1.PlacementEntry, slot, gen int) (*crawlv1alpha1.Proxy, error) {
+func (r *ProxyPoolReconciler) newMember(pool *crawlv1alpha1.ProxyPool, pl crawlv1alpha1.PlacementEntry, slot, serial int) (*crawlv1alpha1.Proxy, error) {
 	tpl := pool.Spec.Template
 	p := &crawlv1alpha1.Proxy{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   pool.Namespace,
-			Name:        memberName(pool.Name, string(pool.UID), slot, gen),
+			Name:        memberName(pool.Name, string(pool.UID), serial),
 			Labels:      maps.Clone(tpl.Metadata.Labels),
 			Annotations: maps.Clone(tpl.Metadata.Annotations),
 		},
@@ -335,7 +397,7 @@ func (r *ProxyPoolReconciler) newMember(pool *crawlv1alpha1.ProxyPool, pl crawlv
 	}
 	p.Labels[crawlv1alpha1.LabelPool] = pool.Name
 	p.Labels[crawlv1alpha1.LabelPoolSlot] = strconv.Itoa(slot)
-	p.Labels[crawlv1alpha1.LabelPoolGeneration] = strconv.Itoa(gen)
+	p.Labels[crawlv1alpha1.LabelPoolGeneration] = strconv.Itoa(serial)
 	p.Labels[crawlv1alpha1.LabelTemplateHash] = templateHash(pool, pl)
 	delete(p.Annotations, crawlv1alpha1.AnnotationRotationRequested)
 	p.Spec.Provider, p.Spec.Zone = pl.Provider, pl.Zone

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -430,4 +431,80 @@ func TestPoolMaxAgeRotationKeepsServing(t *testing.T) {
 	})
 	t.Logf("%d observations, %d members seen", observations, len(seen))
 	waitPoolSettled(t, ns, "aging", 3)
+}
+
+func TestProbeFailuresMarkALoneProxyAndReplaceAPoolMember(t *testing.T) {
+	ns := newNamespace(t)
+	op := startPoolOperator(t, ns)
+	ctx := context.Background()
+
+	lone := newProxy(ns, "lone")
+	lone.Spec.Provider = "lab-a"
+	if err := k8s.Create(ctx, lone); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, newPool(ns, "probed", 3)); err != nil {
+		t.Fatal(err)
+	}
+	v := waitPoolSettled(t, ns, "probed", 3)
+	var p *crawlv1alpha1.Proxy
+	eventually(t, 20*time.Second, func() (bool, string) {
+		p = getProxy(t, ns, "lone")
+		c := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionServing)
+		return c != nil && c.Reason == crawlv1alpha1.ReasonProbePassed && p.Status.EgressIP != "" && p.Status.LastProbeTime != nil && p.Status.ProbeLatency != nil,
+			fmt.Sprintf("Serving %+v, status %+v", c, p.Status)
+	})
+
+	// The lone Proxy is marked, and kept.
+	op.prober.Fail(p.Status.Address+":3128", fmt.Errorf("wrong-password check: dialling the proxy: connection refused"))
+	eventually(t, 20*time.Second, func() (bool, string) {
+		p = getProxy(t, ns, "lone")
+		c := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionServing)
+		return c != nil && c.Reason == crawlv1alpha1.ReasonProbeFailed && p.Status.ProbeFailures >= 3, fmt.Sprintf("Serving %+v", c)
+	})
+	if p.Status.Phase != crawlv1alpha1.ProxyPhaseReady || !p.DeletionTimestamp.IsZero() {
+		t.Errorf("a lone Proxy whose probe fails is marked, not replaced: phase %s", p.Status.Phase)
+	}
+	if ev := strings.Join(eventsFor(t, ns, "lone"), "\n"); !strings.Contains(ev, "ProbeFailed: ") {
+		t.Errorf("no ProbeFailed event on the lone Proxy; events:\n%s", ev)
+	}
+
+	// A pool member whose probe fails leaves the list and is replaced.
+	victim := v.members[0]
+	op.prober.Fail(victim.Status.Address+":3128", fmt.Errorf("check URL: the proxy answered 502"))
+	eventually(t, 30*time.Second, func() (bool, string) {
+		v = viewPool(t, ns, "probed")
+		ok := len(v.serving) == 3 && slices.Equal(v.serving, v.listed) && len(v.members) == 3
+		for _, m := range v.members {
+			ok = ok && m.Name != victim.Name
+		}
+		return ok, fmt.Sprintf("members %d, serving %v, listed %v", len(v.members), v.serving, v.listed)
+	})
+	if v.pool.Status.Rotations < 1 {
+		t.Errorf("status.rotations = %d after a probe replacement", v.pool.Status.Rotations)
+	}
+}
+
+func TestPoolReportsDuplicateEgress(t *testing.T) {
+	ns := newNamespace(t)
+	op := startPoolOperator(t, ns)
+	if err := k8s.Create(context.Background(), newPool(ns, "dup", 3)); err != nil {
+		t.Fatal(err)
+	}
+	v := waitPoolSettled(t, ns, "dup", 3)
+	if c := apimeta.FindStatusCondition(v.pool.Status.Conditions, crawlv1alpha1.ConditionEgressDistinct); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("EgressDistinct = %+v, want True with three distinct addresses", c)
+	}
+	shared := netip.MustParseAddr("203.0.113.50")
+	op.prober.Egress(v.members[0].Status.Address+":3128", shared)
+	op.prober.Egress(v.members[1].Status.Address+":3128", shared)
+	eventually(t, 20*time.Second, func() (bool, string) {
+		v = viewPool(t, ns, "dup")
+		c := apimeta.FindStatusCondition(v.pool.Status.Conditions, crawlv1alpha1.ConditionEgressDistinct)
+		return c != nil && c.Reason == crawlv1alpha1.ReasonDuplicateEgress && strings.Contains(c.Message, "203.0.113.50") &&
+			v.pool.Status.DistinctEgressAddresses == 2, fmt.Sprintf("EgressDistinct %+v, distinct %d", c, v.pool.Status.DistinctEgressAddresses)
+	})
+	if ev := strings.Join(eventsFor(t, ns, "dup"), "\n"); !strings.Contains(ev, "DuplicateEgress: ") {
+		t.Errorf("no DuplicateEgress event on the pool; events:\n%s", ev)
+	}
 }

@@ -13,10 +13,13 @@ import (
 // A pool keeps replicas slots, 0 to replicas-1. A slot's placement (provider
 // entry and zone) is fixed by its index, so scaling down removes the highest
 // slots and leaves the spread of the rest as it was. A slot holds one
-// member, or two while it is being rotated: the member of generation g and
-// its successor of generation g+1. Member names are derived from the pool's
-// UID, the slot and the generation, so that creating a member twice (a
-// stale cache, a restart) finds the first one instead of making a second.
+// member, or two while it is being rotated: the old one and its successor,
+// which has a higher serial number (its "generation"). Serial numbers count
+// up over the pool's life (status.nextMemberSerial) and are never reused.
+// Member names are derived from the pool's UID and the serial, so that
+// creating a member twice (a retry after a failed status write) finds the
+// first one instead of making a second; the reconciler also waits until
+// its cache has seen the members it created before it plans again.
 
 // Rotation reasons, also the values of the rotations metric's reason label.
 const (
@@ -63,6 +66,9 @@ type planInput struct {
 	maxAge         time.Duration // zero: no age limit
 	maxSurge       int
 	maxUnavailable int
+	// nextSerial is the pool's next member serial number
+	// (status.nextMemberSerial).
+	nextSerial int
 }
 
 // memberCreate is one member to create.
@@ -90,6 +96,8 @@ type poolPlan struct {
 	waiting int
 	// recheck is when the next member reaches maxAge (zero: none).
 	recheck time.Duration
+	// nextSerial is the serial number after the last one used.
+	nextSerial int
 }
 
 // planPool decides which members to create and delete. It is pure: the
@@ -98,11 +106,11 @@ type poolPlan struct {
 func planPool(in planInput) poolPlan {
 	p := poolPlan{rotating: map[string]int{}}
 	bySlot := map[int][]poolMember{}
-	maxGen := map[int]int{}
+	// Serial numbers are never reused: a member deleted a moment ago may
+	// still own a Secret of the name a reused serial would give.
+	serial := in.nextSerial
 	for _, m := range in.members {
-		if g, ok := maxGen[m.slot]; !ok || m.gen > g {
-			maxGen[m.slot] = m.gen
-		}
+		serial = max(serial, m.gen+1)
 		if m.deleting {
 			continue
 		}
@@ -112,11 +120,9 @@ func planPool(in planInput) poolPlan {
 		}
 		bySlot[m.slot] = append(bySlot[m.slot], m)
 	}
-	nextGen := func(slot int) int {
-		if g, ok := maxGen[slot]; ok {
-			return g + 1
-		}
-		return 0
+	nextGen := func(int) int {
+		serial++
+		return serial - 1
 	}
 
 	servingSlots, surging := 0, 0
@@ -207,6 +213,7 @@ func planPool(in planInput) poolPlan {
 			p.waiting++
 		}
 	}
+	p.nextSerial = serial
 	slices.SortFunc(p.creates, func(a, b memberCreate) int { return cmp.Compare(a.slot, b.slot) })
 	slices.SortFunc(p.deletes, func(a, b memberDelete) int { return cmp.Compare(a.name, b.name) })
 	return p
@@ -243,12 +250,12 @@ func spreadSlots(weights []int32, n int) []int {
 	return out
 }
 
-// memberName is the name of a pool's member of slot and generation: the
-// pool's name, a dash and five characters derived from the pool's UID, the
-// slot and the generation.
-func memberName(pool, uid string, slot, gen int) string {
+// memberName is the name of a pool's member with a serial number: the
+// pool's name, a dash and five characters derived from the pool's UID and
+// the serial.
+func memberName(pool, uid string, serial int) string {
 	h := fnv.New64a()
-	_, _ = fmt.Fprintf(h, "%s/%d/%d", uid, slot, gen)
+	_, _ = fmt.Fprintf(h, "%s/%d", uid, serial)
 	sum := h.Sum64()
 	// The alphabet of Kubernetes' generated names: no vowels, no 0, 1, 3.
 	const alphabet = "bcdfghjklmnpqrstvwxz2456789"

@@ -30,6 +30,8 @@ type poolObservation struct {
 	plan          poolPlan
 	// listed are the members in the published list.
 	listed []listedMember
+	// nextSerial is the next member serial number.
+	nextSerial int64
 	// rotationsStarted counts rotations started since the last status
 	// write that landed.
 	rotationsStarted int64
@@ -42,6 +44,7 @@ func computePoolStatus(prev crawlv1alpha1.ProxyPoolStatus, obs poolObservation, 
 	s.ObservedGeneration = obs.generation
 	s.Desired = obs.desired
 	s.Selector = obs.selector
+	s.NextMemberSerial = max(s.NextMemberSerial, obs.nextSerial)
 	s.Replicas, s.Ready = 0, 0
 	var failed []string
 	for _, m := range obs.members {
