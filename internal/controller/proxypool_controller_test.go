@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -456,7 +457,7 @@ func TestProbeFailuresMarkALoneProxyAndReplaceAPoolMember(t *testing.T) {
 	})
 
 	// The lone Proxy is marked, and kept.
-	op.prober.Fail(p.Status.Address+":3128", fmt.Errorf("wrong-password check: dialling the proxy: connection refused"))
+	op.prober.Fail(p.Status.Address+":3128", errors.New("wrong-password check: dialling the proxy: connection refused"))
 	eventually(t, 20*time.Second, func() (bool, string) {
 		p = getProxy(t, ns, "lone")
 		c := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionServing)
@@ -471,7 +472,7 @@ func TestProbeFailuresMarkALoneProxyAndReplaceAPoolMember(t *testing.T) {
 
 	// A pool member whose probe fails leaves the list and is replaced.
 	victim := v.members[0]
-	op.prober.Fail(victim.Status.Address+":3128", fmt.Errorf("check URL: the proxy answered 502"))
+	op.prober.Fail(victim.Status.Address+":3128", errors.New("check URL: the proxy answered 502"))
 	eventually(t, 30*time.Second, func() (bool, string) {
 		v = viewPool(t, ns, "probed")
 		ok := len(v.serving) == 3 && slices.Equal(v.serving, v.listed) && len(v.members) == 3

@@ -27,7 +27,7 @@ func ipEcho(t *testing.T) *httptest.Server {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		fmt.Fprintln(w, host)
+		_, _ = fmt.Fprintln(w, host)
 	}))
 	t.Cleanup(s.Close)
 	return s
@@ -66,7 +66,7 @@ func stubProxy(t *testing.T, checkAuth bool, answer func(r *http.Request) (int, 
 		}
 		code, body := answer(r)
 		w.WriteHeader(code)
-		fmt.Fprint(w, body)
+		_, _ = fmt.Fprint(w, body)
 	}))
 	t.Cleanup(s.Close)
 	return strings.TrimPrefix(s.URL, "http://")
