@@ -37,13 +37,13 @@ providers:
   - name: lab-a
     type: fake
     zones: [rack-a, rack-b]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
+    machineTypes: {small: {cores: 1, memoryMiB: 512}}
     images: [debian-12]
     probe: {checkURL: "http://203.0.113.10/ip"}
   - name: lab-b
     type: fake
     zones: [rack-c]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
+    machineTypes: {small: {cores: 1, memoryMiB: 512}}
     images: [debian-12]
     probe: {checkURL: "http://203.0.113.10/ip"}
 `), fakeprovider.Registry())

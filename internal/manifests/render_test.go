@@ -541,7 +541,7 @@ func TestSamplesChecksFail(t *testing.T) {
 - name: elsewhere
   type: kubernetes
   zones: [default]
-  machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
+  machineTypes: {tiny: {cores: 1, memoryMiB: 64}}
   images: [default]
   kubernetes: {namespace: egress-proxies}
 `), registry())

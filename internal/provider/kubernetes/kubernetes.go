@@ -185,13 +185,8 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 
 // podFor builds the pod of a request.
 func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
-	var mt config.MachineType
-	for _, m := range p.entry.MachineTypes {
-		if m.Name == req.MachineType {
-			mt = m
-		}
-	}
-	if mt.Name == "" {
+	mt, ok := p.entry.MachineTypes[req.MachineType]
+	if !ok {
 		return nil, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "fix the providers configuration")
 	}
 	image := p.block.ImageFor(req.Image)

@@ -59,12 +59,12 @@ func (p *Provider) planFor(req provider.Request) (plan, error) {
 	if !ok {
 		return plan{}, provider.NewPermanent(fmt.Errorf("image %q has no template", req.Image), "add the image's templateVMID to the proxmox block")
 	}
-	i := slices.IndexFunc(p.entry.MachineTypes, func(m config.MachineType) bool { return m.Name == req.MachineType })
-	if i < 0 {
+	mt, ok := p.entry.MachineTypes[req.MachineType]
+	if !ok {
 		return plan{}, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "use a machine type of the entry")
 	}
 	node := z.Nodes[hash64(req.OwnerUID, req.Name)%uint64(len(z.Nodes))]
-	return plan{req: req, node: node, template: img.TemplateVMID, mt: p.entry.MachineTypes[i]}, nil
+	return plan{req: req, node: node, template: img.TemplateVMID, mt: mt}, nil
 }
 
 // Create implements provider.Provider. Each call does the next step of
@@ -232,7 +232,7 @@ func (p *Provider) checkTemplate(ctx context.Context, list []Resource, pl plan) 
 			return "", provider.NewPermanent(fmt.Errorf("template %d has a cloud-init drive on %s", pl.template, k), action)
 		}
 	}
-	if (p.block.Bridge != "" || p.block.VLAN != 0) && cfgStr(cfg, "net0") == "" {
+	if (p.block.Bridge != "" || p.block.VLANTag != 0) && cfgStr(cfg, "net0") == "" {
 		return "", provider.NewPermanent(fmt.Errorf("template %d has no net0 for the bridge or VLAN override", pl.template), action)
 	}
 	if pl.mt.DiskGiB > 0 {
@@ -403,17 +403,17 @@ func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
 func (p *Provider) configForm(pl plan, cfg map[string]any) (url.Values, error) {
 	form := url.Values{
 		"ide2":   {p.seedVolid(pl.req.Name) + ",media=cdrom"},
-		"cores":  {strconv.Itoa(pl.mt.CPUs)},
+		"cores":  {strconv.Itoa(pl.mt.Cores)},
 		"memory": {strconv.Itoa(pl.mt.MemoryMiB)},
 		"agent":  {"1"},
 		"tags":   {Tag},
 	}
-	if p.block.Bridge != "" || p.block.VLAN != 0 {
+	if p.block.Bridge != "" || p.block.VLANTag != 0 {
 		net0 := cfgStr(cfg, "net0")
 		if net0 == "" {
 			return nil, provider.NewPermanent(errors.New("the VM has no net0 for the bridge or VLAN override"), "give the template a network device")
 		}
-		form.Set("net0", rewriteNet0(net0, p.block.Bridge, p.block.VLAN))
+		form.Set("net0", rewriteNet0(net0, p.block.Bridge, p.block.VLANTag))
 	}
 	return form, nil
 }

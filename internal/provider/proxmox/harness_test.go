@@ -135,7 +135,7 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 		mod(b)
 	}
 	e := &config.Entry{Name: "lab", Type: TypeName, Zones: []string{"zone-a"}, Images: []string{"debian"},
-		MachineTypes: []config.MachineType{{Name: "small", CPUs: 2, MemoryMiB: 512}, {Name: "big", CPUs: 1, MemoryMiB: 512, DiskGiB: 5}},
+		MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 2, MemoryMiB: 512}, "big": {Name: "big", Cores: 1, MemoryMiB: 512, DiskGiB: 5}},
 		Block:        b}
 	logs := &syncBuffer{}
 	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 2})

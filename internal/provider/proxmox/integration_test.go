@@ -46,7 +46,7 @@ func TestRealHostLifecycle(t *testing.T) {
 		AcceptLoopbackAddresses: os.Getenv("PROXMOX_TEST_ACCEPT_LOOPBACK") == "1",
 	}
 	entry := &config.Entry{Name: "integration", Type: TypeName, Zones: []string{"test"}, Images: []string{"test"},
-		MachineTypes: []config.MachineType{{Name: "small", CPUs: 1, MemoryMiB: 512}}, Block: block}
+		MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}}, Block: block}
 	p, err := New(Options{Entry: entry})
 	if err != nil {
 		t.Fatal(err)

@@ -481,7 +481,7 @@ func TestTemplateWithCloudInitDriveIsRefused(t *testing.T) {
 // TestResizeAndNetworkOverride: the boot disk is found past the CD-ROM that
 // ide2 appends (F19) and grown by a task (F20); net0 keeps its MAC.
 func TestResizeAndNetworkOverride(t *testing.T) {
-	h := newHarness(t, func(b *Block) { b.Bridge = "vmbr1"; b.VLAN = 4 })
+	h := newHarness(t, func(b *Block) { b.Bridge = "vmbr1"; b.VLANTag = 4 })
 	p := h.provider()
 	req := h.request("uid-resize", "proxy-resize0000000001")
 	req.MachineType = "big"

@@ -164,7 +164,7 @@ providers:
   - name: %s
     type: proxmox
     zones: [%s]
-    machineTypes: [{name: %s, cpus: 1, memoryMiB: 512}]
+    machineTypes: {%s: {cores: 1, memoryMiB: 512}}
     images: [%s]%s
     proxmox:
       apiURL: %s
