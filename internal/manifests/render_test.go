@@ -231,7 +231,7 @@ func TestDefaultChecksFail(t *testing.T) {
 				mount(b, "proxmox-token").MountPath = "/etc/proxy-operator/config/proxmox"
 				setArg(manager(b), "providers-config", "/etc/proxy-operator/config/proxmox/providers.yaml")
 			},
-			want:   "which is not a ConfigMap volume",
+			want: "which is not a ConfigMap volume",
 		},
 		{
 			name:   "providers file name not a ConfigMap key",

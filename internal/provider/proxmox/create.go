@@ -165,7 +165,7 @@ func (p *Provider) dedupe(ctx context.Context, name string, mine []Resource) err
 		}
 		p.forget(r.VMID)
 		step := fmt.Sprintf("%s duplicate VM %d (keeping VM %d)", what, r.VMID, mine[0].VMID)
-		p.setPending(name, pending{step: step, kind: kindDuplicate, node: r.Node, upid: upid})
+		p.setPending(name, pending{step: step, kind: kindDuplicate, node: r.Node, vmid: r.VMID, upid: upid})
 		return provider.NewInProgress(step, p.poll())
 	}
 	return provider.NewInProgress("duplicates removed", p.poll())
@@ -270,14 +270,14 @@ func (p *Provider) clone(ctx context.Context, list []Resource, pl plan, vmid int
 		return classify(fmt.Sprintf("cloning template %d to VM %d on %s", pl.template, vmid, pl.node), err)
 	}
 	step := fmt.Sprintf("cloning template %d to VM %d", pl.template, vmid)
-	p.setPending(pl.req.Name, pending{step: step, kind: kindClone, node: tnode, upid: upid})
+	p.setPending(pl.req.Name, pending{step: step, kind: kindClone, node: tnode, vmid: vmid, upid: upid})
 	return provider.NewInProgress(step, p.poll())
 }
 
 // advance does the next step on our VM (Part 2 steps 7 to 11).
 func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.ID, error) {
 	name := pl.req.Name
-	id := ID(r.Node, r.VMID)
+	id := ID(r.Node, r.VMID, name)
 	if r.Lock == lockSuspended {
 		return "", provider.NewPermanent(fmt.Errorf("VM %d of this proxy is hibernated", r.VMID), "resume or destroy the VM")
 	}
@@ -326,7 +326,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 				return "", classify(fmt.Sprintf("resizing %s of VM %d", slot, r.VMID), err)
 			}
 			step := fmt.Sprintf("resizing %s of VM %d to %d GiB", slot, r.VMID, pl.mt.DiskGiB)
-			p.setPending(name, pending{step: step, kind: kindResize, node: r.Node, upid: upid})
+			p.setPending(name, pending{step: step, kind: kindResize, node: r.Node, vmid: r.VMID, upid: upid})
 			return "", provider.NewInProgress(step, p.poll())
 		}
 	}
@@ -358,7 +358,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 		return "", classify(fmt.Sprintf("starting VM %d", r.VMID), err)
 	}
 	step := fmt.Sprintf("starting VM %d", r.VMID)
-	p.setPending(name, pending{step: step, kind: kindStart, node: r.Node, upid: upid})
+	p.setPending(name, pending{step: step, kind: kindStart, node: r.Node, vmid: r.VMID, upid: upid})
 	return "", provider.NewInProgress(step, p.poll())
 }
 
@@ -395,7 +395,7 @@ func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
 		return classify(fmt.Sprintf("uploading %s to %s on %s", seedFile(pl.req.Name), p.block.ISOStorage, r.Node), err)
 	}
 	step := fmt.Sprintf("uploading the seed of VM %d", r.VMID)
-	p.setPending(pl.req.Name, pending{step: step, kind: kindSeed, node: r.Node, upid: upid})
+	p.setPending(pl.req.Name, pending{step: step, kind: kindSeed, node: r.Node, vmid: r.VMID, upid: upid})
 	return provider.NewInProgress(step, p.poll())
 }
 
