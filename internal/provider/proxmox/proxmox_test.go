@@ -522,7 +522,7 @@ func TestSeedDeleteForbidden(t *testing.T) {
 	h := newHarness(t, nil)
 	p := h.provider()
 	id := h.create(p, h.request("uid-403", "proxy-forbidden0000001"))
-	if err := os.WriteFile(h.block.TokenFile, []byte("noseed@pve!t=another-fake-secret"), 0o600); err != nil {
+	if err := os.WriteFile(h.block.TokenFile, []byte("noseed@pve!t=a7e0f11e-0000-4000-8000-000000000002"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var err error

@@ -25,9 +25,10 @@ const (
 	// MachineType is the catalogue's one machine type.
 	MachineType = "small"
 	// tokenID and tokenSecret are the provider's token; the secret is a
-	// fake value, good for nothing but the simulator.
+	// fake value (a lowercase UUID, like a real one), good for nothing but
+	// the simulator.
 	tokenID     = "operator@pve!lab"
-	tokenSecret = "lab-secret-not-a-real-one"
+	tokenSecret = "1ab5ec7e-0000-4000-8000-00000000001a"
 )
 
 // cluster is the simulated cluster; %s is the node list.
