@@ -28,7 +28,7 @@ const (
 	// fake value (a lowercase UUID, like a real one), good for nothing but
 	// the simulator.
 	tokenID     = "operator@pve!lab"
-	tokenSecret = "1ab5ec7e-0000-4000-8000-00000000001a"
+	tokenSecret = "1ab5ec7e-0000-4000-8000-00000000001a" //nolint:gosec // G101: a fake secret the simulator accepts, nothing else.
 )
 
 // cluster is the simulated cluster; %s is the node list.
