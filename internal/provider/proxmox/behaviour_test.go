@@ -18,7 +18,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -114,8 +113,8 @@ func TestDeleteLeavesWhatIsNotOursAlone(t *testing.T) {
 // configured node, since the VM's node is unknown (F13: deleting a missing
 // volume succeeds, so every node is asked).
 func TestDeleteOfAGoneVMDeletesItsSeedEverywhere(t *testing.T) {
-	h := newHarness(t, func(b *config.ProxmoxBlock) {
-		b.Zones = map[string]config.ProxmoxZone{"zone-a": {Nodes: []string{"pve1", "pve2"}}}
+	h := newHarness(t, func(b *Block) {
+		b.Zones = map[string]Zone{"zone-a": {Nodes: []string{"pve1", "pve2"}}}
 	})
 	req := h.request("uid-gone", "proxy-gone000000000001")
 	id := h.create(h.provider(), req)
@@ -319,7 +318,7 @@ func logLine(logs, msg string, kv ...string) (string, bool) {
 // the file of an upload and the volume of a volume delete; outcomes log
 // `proxmox task failed` and `proxmox vm deleted` with destroyed.
 func TestCallLogLines(t *testing.T) {
-	h := newHarness(t, func(b *config.ProxmoxBlock) { b.TargetStorage = "local-lvm" })
+	h := newHarness(t, func(b *Block) { b.TargetStorage = "local-lvm" })
 	h.sim.FailTasks("qmstart", "start failed: guest refused", 1)
 	p := h.provider()
 	req := h.request("uid-logs", "proxy-logs000000000001")
