@@ -28,6 +28,8 @@ if [ -n "$known_hosts" ]; then
 fi
 
 KUBECTL=$kubectl "$(dirname "$0")/require-cluster.sh" kvm-ssh-secret
+"$kubectl" get namespace "$namespace" >/dev/null 2>&1 ||
+  fail "namespace $namespace does not exist: run 'make deploy' first, or set NAMESPACE"
 "$kubectl" -n "$namespace" create secret generic "$name" "${args[@]}" \
   --dry-run=client -o yaml | "$kubectl" apply -f - >/dev/null
 echo "make kvm-ssh-secret: Secret $namespace/$name holds ssh-privatekey${known_hosts:+ and known_hosts} (mounted at /etc/proxy-operator/kvm-ssh)"

@@ -31,6 +31,8 @@ grep -Eq '^[^@[:space:]!=]+@[^@[:space:]!=]+![^@[:space:]!=]+=[^[:space:]]+[[:sp
 grep -q 'BEGIN CERTIFICATE' "$ca_file" || fail "the CA file $ca_file holds no PEM certificate (no BEGIN CERTIFICATE line)"
 
 KUBECTL=$kubectl "$(dirname "$0")/require-cluster.sh" proxmox-token-secret
+"$kubectl" get namespace "$namespace" >/dev/null 2>&1 ||
+  fail "namespace $namespace does not exist: run 'make deploy' first, or set NAMESPACE"
 # Client-side dry run piped into apply: creates or updates; the output names
 # the Secret only.
 "$kubectl" -n "$namespace" create secret generic "$name" \

@@ -114,6 +114,7 @@ func TestMakeTargetsFailClearly(t *testing.T) {
 	pub := writeFile(t, dir, "id_ed25519.pub", "ssh-ed25519 AAAAC3Nza test\n", 0o600)
 	failing := writeFile(t, dir, "kubectl-down", "#!/bin/sh\necho 'The connection to the server localhost:8080 was refused' >&2\nexit 1\n", 0o755)
 	missing := filepath.Join(dir, "no-such-kubectl")
+	noNamespace := writeFile(t, dir, "kubectl-no-ns", "#!/bin/sh\ncase \"$*\" in *\"get namespace\"*) exit 1 ;; esac\nexit 0\n", 0o755)
 
 	tests := []struct {
 		name   string
@@ -148,6 +149,9 @@ func TestMakeTargetsFailClearly(t *testing.T) {
 		{"token secret without a cluster", "the files are fine, the cluster is missing",
 			"proxmox-token-secret", []string{"PROXMOX_TOKEN_FILE=" + token, "PROXMOX_CA_FILE=" + ca, "KUBECTL=" + failing},
 			"make proxmox-token-secret: no cluster answers"},
+		{"token secret before deploy", "the Secret goes into the operator's namespace, which make deploy creates",
+			"proxmox-token-secret", []string{"PROXMOX_TOKEN_FILE=" + token, "PROXMOX_CA_FILE=" + ca, "KUBECTL=" + noNamespace},
+			"namespace egress-proxies-system does not exist: run 'make deploy' first"},
 		{"ssh secret without variable", "the key file is named by KVM_SSH_KEY_FILE",
 			"kvm-ssh-secret", nil, "make kvm-ssh-secret: set KVM_SSH_KEY_FILE"},
 		{"ssh key missing", "a path that does not exist is named",
