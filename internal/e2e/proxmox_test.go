@@ -311,7 +311,11 @@ func TestEchoedTokenNeverReachesStatusOrEvents(t *testing.T) {
 	// Everything the operator wrote about the failures, as text.
 	written := func() string {
 		var b strings.Builder
-		_, _ = fmt.Fprintf(&b, "%+v\n", getProxy(t, key).Status)
+		var p crawlv1alpha1.Proxy
+		if err := env.Client.Get(ctx, key, &p); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = fmt.Fprintf(&b, "%+v\n", p.Status)
 		var events corev1.EventList
 		if err := env.Client.List(ctx, &events, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
