@@ -395,8 +395,12 @@ func TestAPIEconomy(t *testing.T) {
 	c := h.sim.Counters()
 	steady := total(c)
 	perProxy := float64(steady) / float64(resyncs*proxies)
-	if c["GET /cluster/resources"] > resyncs || c["GET /nodes/{node}/qemu/{vmid}/status/current"] != resyncs*proxies || steady > resyncs*(1+proxies) {
-		t.Errorf("%d calls for %d resyncs of %d proxies (%.2f per proxy per resync): %v; want one listing per resync and one status read per Get",
+	// Shared: fewer listings than Gets (one per poll interval; not
+	// counted exactly, since a loaded machine stretches a resync over
+	// several intervals), one status read per Get, and nothing else.
+	statuses, listings := c["GET /nodes/{node}/qemu/{vmid}/status/current"], c["GET /cluster/resources"]
+	if listings >= resyncs*proxies || statuses != resyncs*proxies || steady != statuses+listings {
+		t.Errorf("%d calls for %d resyncs of %d proxies (%.2f per proxy per resync): %v; want the listing shared, one status read per Get and nothing else",
 			steady, resyncs, proxies, perProxy, c)
 	}
 	h.sim.ResetCounters()
