@@ -8,6 +8,11 @@ const (
 	// ConditionHealthy is the ProviderHealth condition that is True when the
 	// provider entry can serve.
 	ConditionHealthy = "Healthy"
+	// ConditionReadsAuthorized is the ProviderHealth condition that is False
+	// when the provider's API refused (401, 403) a read the operator made
+	// for a Proxy since the previous check. It is absent when no read was
+	// refused.
+	ConditionReadsAuthorized = "ReadsAuthorized"
 	// ConditionServing is the Proxy condition that is True when the last
 	// probe through the proxy passed: it answered with its credentials,
 	// refused a wrong password and (when configured) reported its egress
@@ -109,6 +114,15 @@ const (
 	// may pass (network, busy API, lock). The operator retries with capped
 	// exponential backoff; the message has the last error.
 	ReasonTransientError = "TransientError"
+	// ReasonProviderRefused (Ready=Unknown on a Ready Proxy, else False): the
+	// provider's API refused the operator's credentials or permissions while
+	// reading the instance (HTTP 401 or 403), as it may briefly while a token
+	// is rotated or an ACL edited. The Proxy keeps its phase, address and
+	// URL, the operator retries with backoff, and the entry's ProviderHealth
+	// shows the refusal (condition ReadsAuthorized). No retry annotation is
+	// needed: the Proxy is Ready again at the first read that succeeds. If it
+	// lasts, fix the token or its privileges as the message says.
+	ReasonProviderRefused = "ProviderRefused"
 	// ReasonPermanentError (Ready=False, phase Failed): a provider call failed
 	// in a way that needs a human (permissions, missing template, quota). The
 	// operator stops retrying until the spec changes or the annotation
@@ -139,6 +153,10 @@ const (
 	// ReasonCheckNotSupported (Healthy=Unknown): the provider type has no
 	// health check.
 	ReasonCheckNotSupported = "CheckNotSupported"
+	// ReasonReadRefused (ReadsAuthorized=False): the provider's API refused a
+	// read of an instance since the previous check; the message has the last
+	// refusal and what to fix if it lasts.
+	ReasonReadRefused = "ReadRefused"
 )
 
 // Annotations the operator reads.

@@ -83,6 +83,8 @@ type ProxyReconciler struct {
 	MaxConcurrentReconciles int
 
 	skipNameValidation bool
+	// refusals collects the reads the providers refused, for ProviderHealth.
+	refusals *refusalLog
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update;patch

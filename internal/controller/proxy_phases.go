@@ -22,6 +22,7 @@ const (
 	eventReady            = "Ready"
 	eventReplacing        = "Replacing"
 	eventProviderError    = "ProviderError"
+	eventProviderRefused  = "ProviderRefused"
 	eventPermanentFailure = "PermanentFailure"
 	eventInvalidSpec      = "InvalidSpec"
 	eventRetry            = "RetryRequested"
@@ -108,6 +109,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	case provider.IsNotFound(err):
 		return r.replace(ctx, p, prov, "vanished", "the instance no longer exists on the provider")
 	case err != nil:
+		if provider.IsRefused(err) {
+			r.refusals.record(entry.Name, err.Error(), r.Now())
+		}
 		obs.providerErr = err
 		r.providerEvent(p, err)
 		return ctrl.Result{}, obs, nil
@@ -161,6 +165,7 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 		return ctrl.Result{}, obs, nil
 	}
 	id, err := prov.Create(ctx, req)
+	err = latchRefused(err)
 	switch {
 	case provider.IsInProgress(err):
 		obs.providerErr = err
@@ -190,7 +195,7 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
 	}
 	if reason == "stopped" {
-		if err := prov.Delete(ctx, provider.ID(p.Status.InstanceID)); err != nil {
+		if err := latchRefused(prov.Delete(ctx, provider.ID(p.Status.InstanceID))); err != nil {
 			obs.providerErr = err
 			p.Status.Phase = crawlv1alpha1.ProxyPhaseReplacing
 			r.providerEvent(p, err)
@@ -213,6 +218,17 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 	return ctrl.Result{RequeueAfter: requeueSoon}, obs, nil
 }
 
+// latchRefused turns a refusal (401, 403) of a mutation into a Permanent
+// error: unlike a refused read, a create or a replacement that the API
+// refuses needs a person to grant a right, and retrying it blindly would
+// only hammer the API. The provider's advice is kept.
+func latchRefused(err error) error {
+	if !provider.IsRefused(err) {
+		return err
+	}
+	return provider.NewPermanent(err, provider.ActionOf(err))
+}
+
 // providerEvent emits a warning event for a failed provider call, once per
 // transition into the failure (not on every retry).
 func (r *ProxyReconciler) providerEvent(p *crawlv1alpha1.Proxy, err error) {
@@ -220,6 +236,10 @@ func (r *ProxyReconciler) providerEvent(p *crawlv1alpha1.Proxy, err error) {
 	case provider.IsInProgress(err):
 	case provider.IsPermanent(err):
 		r.event(p, corev1.EventTypeWarning, eventPermanentFailure, "Provision", "%v", err)
+	case provider.IsRefused(err):
+		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonProviderRefused {
+			r.event(p, corev1.EventTypeWarning, eventProviderRefused, "Observe", "%v", err)
+		}
 	default:
 		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonTransientError {
 			r.event(p, corev1.EventTypeWarning, eventProviderError, "Provision", "%v", err)

@@ -58,7 +58,7 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 	set := func(phase crawlv1alpha1.ProxyPhase, status metav1.ConditionStatus, reason, msg string) {
 		s.Phase = phase
 		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
-			Type: crawlv1alpha1.ConditionReady, Status: status, Reason: reason, Message: msg,
+			Type: crawlv1alpha1.ConditionReady, Status: status, Reason: reason, Message: truncateMessage(msg),
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
@@ -103,6 +103,23 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 	case provider.IsInProgress(obs.providerErr):
 		set(crawlv1alpha1.ProxyPhaseProvisioning, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning,
 			fmt.Sprintf("Creating the instance: %v.", obs.providerErr))
+	case provider.IsRefused(obs.providerErr):
+		// The API refused a read: a token being rotated, an ACL being
+		// edited. It says nothing about the instance, so everything known
+		// of it stays; only the condition says the view is stale.
+		msg := fmt.Sprintf("The provider refused to read the instance; the last known status is kept and the read is retried: %v.", obs.providerErr)
+		if a := provider.ActionOf(obs.providerErr); a != "" {
+			msg += " If this lasts: " + a + "."
+		}
+		if s.Phase == crawlv1alpha1.ProxyPhaseReady {
+			set(crawlv1alpha1.ProxyPhaseReady, metav1.ConditionUnknown, crawlv1alpha1.ReasonProviderRefused, msg)
+			break
+		}
+		phase := notReadyPhase
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase = crawlv1alpha1.ProxyPhaseReplacing
+		}
+		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonProviderRefused, msg)
 	case obs.providerErr != nil:
 		// A transient failure says nothing about the instance itself: a Ready
 		// proxy most likely still serves, so its phase stays and Ready becomes

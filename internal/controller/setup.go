@@ -75,7 +75,8 @@ func CacheOptions() cache.Options {
 // health reporter to mgr.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	recorder := mgr.GetEventRecorder(EventSource)
-	r := &ProxyReconciler{
+	refusals := &refusalLog{}
+	r := &ProxyReconciler{refusals: refusals,
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
 		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Tracer: o.Tracer, skipNameValidation: o.SkipNameValidation,
@@ -91,14 +92,14 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy pool controller: %w", err)
 	}
-	gc := &GarbageCollector{
+	gc := &GarbageCollector{refusals: refusals,
 		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,
 		Interval: o.GCInterval, GracePeriod: o.GCGracePeriod, Now: o.Now,
 	}
 	if err := mgr.Add(gc); err != nil {
 		return fmt.Errorf("adding garbage collection: %w", err)
 	}
-	h := &HealthReporter{Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now}
+	h := &HealthReporter{refusals: refusals, Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now}
 	if err := mgr.Add(h); err != nil {
 		return fmt.Errorf("adding the health reporter: %w", err)
 	}

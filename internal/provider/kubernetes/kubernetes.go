@@ -468,8 +468,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 func classify(err error, what string) error {
 	wrapped := fmt.Errorf("%s: %w", what, err)
 	switch {
-	case apierrors.IsForbidden(err):
-		return provider.NewPermanent(wrapped, "grant the operator's service account the RBAC rights the kubernetes provider needs (see docs/kubernetes.md)")
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		// A refusal: a read retries, a create latches (provider.ReasonRefused).
+		return provider.NewRefused(wrapped, "grant the operator's service account the RBAC rights the kubernetes provider needs (see docs/kubernetes.md)")
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return provider.NewPermanent(wrapped, "check the kubernetes block of the providers configuration")
 	case apierrors.IsNotFound(err):

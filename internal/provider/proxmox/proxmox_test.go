@@ -146,8 +146,8 @@ func TestErrorsHoldNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := h.provider().Get(h.ctx, ID("pve1", 123456, "proxy-nothing000000001"))
-	if !provider.IsPermanent(err) || !strings.Contains(err.Error(), "Authentication failed!") {
-		t.Errorf("Get with a wrong secret: %v, want Permanent 401 Authentication failed! (F22)", err)
+	if !provider.IsRefused(err) || !strings.Contains(err.Error(), "Authentication failed!") {
+		t.Errorf("Get with a wrong secret: %v, want Refused 401 Authentication failed! (F22)", err)
 	}
 	errs = append(errs, err)
 	for _, e := range errs {
