@@ -128,6 +128,19 @@ const (
 	// operator stops retrying until the spec changes or the annotation
 	// crawl.example.com/retry is set on the Proxy.
 	ReasonPermanentError = "PermanentError"
+	// ReasonReplacementLoop (Ready=False, phase Failed): the instance was
+	// replaced more often than the operator allows in its window (by default
+	// 5 in an hour, each successor after an exponentially longer wait), so it
+	// stopped creating: something kills instances right after they start (a
+	// broken image or template, a host that stops them, a guest that cannot
+	// boot). Nothing of the Proxy runs. Find the cause in the events and on
+	// the hypervisor, then set the annotation crawl.example.com/retry on the
+	// Proxy, which starts a new window.
+	ReasonReplacementLoop = "ReplacementLoop"
+	// ReasonCreateQueued (Ready=False): the provider entry already creates
+	// as many instances at once as its maxConcurrentCreates allows; this
+	// Proxy's create waits for one of them to finish.
+	ReasonCreateQueued = "CreateQueued"
 	// ReasonDeleting (Ready=False, phase Deleting): the Proxy is being deleted
 	// and its instance removed.
 	ReasonDeleting = "Deleting"

@@ -165,6 +165,23 @@ type ProxyStatus struct {
 	// +optional
 	Replacements int32 `json:"replacements,omitempty"`
 
+	// recentReplacements counts the replacements since
+	// replacementWindowStart. The operator waits longer before each one
+	// (exponential backoff) and stops with reason ReplacementLoop when there
+	// are too many in the window.
+	// +optional
+	RecentReplacements int32 `json:"recentReplacements,omitempty"`
+
+	// replacementWindowStart is when the first of recentReplacements
+	// happened.
+	// +optional
+	ReplacementWindowStart *metav1.Time `json:"replacementWindowStart,omitempty"`
+
+	// lastReplacementTime is when the instance was last replaced; the
+	// successor is created after the backoff from then.
+	// +optional
+	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
+
 	// instanceCreationTime is when the provider accepted the create of the
 	// current instance.
 	// +optional

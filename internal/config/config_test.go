@@ -155,6 +155,13 @@ func TestParse(t *testing.T) {
 			wantProblems: 1,
 		},
 		{
+			name:         "negative maxConcurrentCreates",
+			reason:       "a cap below one would stop every create; a typo must be refused, not read as the default",
+			yaml:         minimal + "  maxConcurrentCreates: -1\n",
+			wantErr:      []string{"providers[lab].maxConcurrentCreates", "between 1 and 1000"},
+			wantProblems: 1,
+		},
+		{
 			name:         "unknown type",
 			reason:       "a type this binary does not support must list the ones it does",
 			yaml:         "providers:\n- name: lab\n  type: nope\n  zones: [z1]\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n",

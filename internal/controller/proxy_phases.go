@@ -28,6 +28,7 @@ const (
 	eventRetry            = "RetryRequested"
 	eventDeleteFailed     = "DeleteFailed"
 	eventDeleted          = "InstanceDeleted"
+	eventReplacementLoop  = crawlv1alpha1.ReasonReplacementLoop
 )
 
 // reconcileNormal drives a Proxy that is not being deleted: one provider
@@ -37,6 +38,8 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 	_, retry := p.Annotations[crawlv1alpha1.AnnotationRetry]
 	if retry {
 		r.event(p, corev1.EventTypeNormal, eventRetry, "Retry", "Retrying as asked by the %s annotation", crawlv1alpha1.AnnotationRetry)
+		// A person looked: replacements are counted afresh.
+		p.Status.RecentReplacements, p.Status.ReplacementWindowStart, p.Status.LastReplacementTime = 0, nil, nil
 	}
 	res, obs, err := r.reconcileSteps(ctx, p, retry)
 	obs.retried = retry
@@ -156,6 +159,23 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 	if current, err := r.isCurrent(ctx, p); err != nil || !current {
 		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
 	}
+	switch wait, loop := r.Replacement.beforeCreate(p.Status, r.Now()); {
+	case loop:
+		pol := r.Replacement.withDefaults()
+		obs.replacementLoop = fmt.Sprintf("The instance was replaced %d times since %s (at most %d in %s are allowed), so no successor is created",
+			p.Status.RecentReplacements, p.Status.ReplacementWindowStart.UTC().Format(time.RFC3339), pol.Limit, pol.Window)
+		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
+			r.event(p, corev1.EventTypeWarning, eventReplacementLoop, "Replace", "%s", obs.replacementLoop)
+		}
+		return ctrl.Result{}, obs, nil
+	case wait > 0:
+		obs.replacementWait = wait
+		return ctrl.Result{RequeueAfter: wait}, obs, nil
+	}
+	if limit := pl.Entry.CreateLimit(); !r.slots.acquire(pl.Entry.Name, client.ObjectKeyFromObject(p).String(), limit) {
+		obs.createQueued = limit
+		return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+	}
 	req, err := buildRequest(p, pl, creds)
 	if err != nil {
 		// The spec passed the API server's validation, so this is a bug or
@@ -205,8 +225,15 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 			return ctrl.Result{}, obs, nil
 		}
 	}
-	ctrl.LoggerFrom(ctx).Info("replacing instance", "instanceID", p.Status.InstanceID, "reason", reason)
-	r.event(p, corev1.EventTypeWarning, eventReplacing, "Replace", "Replacing instance %s: %s", p.Status.InstanceID, why)
+	now := r.Now()
+	r.Replacement.recordReplacement(&p.Status, now)
+	next := "no successor is created: too many replacements"
+	if wait, loop := r.Replacement.beforeCreate(p.Status, now); !loop {
+		next = fmt.Sprintf("the successor is created in %s", wait)
+	}
+	ctrl.LoggerFrom(ctx).Info("replacing instance", "instanceID", p.Status.InstanceID, "reason", reason, "recentReplacements", p.Status.RecentReplacements)
+	r.event(p, corev1.EventTypeWarning, eventReplacing, "Replace", "Replacing instance %s: %s; replacement %d since %s, %s",
+		p.Status.InstanceID, why, p.Status.RecentReplacements, p.Status.ReplacementWindowStart.UTC().Format(time.RFC3339), next)
 	if r.Metrics != nil {
 		r.Metrics.Replacements.WithLabelValues(p.Spec.Provider, reason).Inc()
 	}

@@ -47,6 +47,14 @@ type observation struct {
 	probeThreshold int32
 	// probe: the probe of this reconcile, when one was due.
 	probe *probeOutcome
+	// replacementLoop: too many replacements in the window; the text says
+	// how many and since when. No successor was created.
+	replacementLoop string
+	// replacementWait: the successor's create waits this much longer.
+	replacementWait time.Duration
+	// createQueued: the entry's cap on concurrent creates (this value) is
+	// reached; the create waits.
+	createQueued int
 }
 
 // computeStatus derives the Proxy's phase, Ready condition, node, address and
@@ -87,6 +95,23 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonCredentialsConflict, obs.credentialsConflict)
 	case obs.latched:
 		// Keep what the failure said; nothing was tried.
+	case obs.replacementLoop != "":
+		clearAddress()
+		s.Node = ""
+		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonReplacementLoop,
+			obs.replacementLoop+". Find out what stops the instances (events, the hypervisor's logs), then set the annotation "+
+				crawlv1alpha1.AnnotationRetry+" on the Proxy to retry.")
+	case obs.replacementWait > 0:
+		set(crawlv1alpha1.ProxyPhaseReplacing, metav1.ConditionFalse, crawlv1alpha1.ReasonReplacing,
+			fmt.Sprintf("Waiting %s before creating the replacement (replacement %d in this window; each waits twice as long as the one before).",
+				obs.replacementWait.Round(time.Second), s.RecentReplacements))
+	case obs.createQueued > 0:
+		phase := crawlv1alpha1.ProxyPhasePending
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase = crawlv1alpha1.ProxyPhaseReplacing
+		}
+		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonCreateQueued,
+			fmt.Sprintf("The provider entry already creates %d instances at once (maxConcurrentCreates); this create waits its turn.", obs.createQueued))
 	case provider.IsPermanent(obs.providerErr):
 		clearAddress()
 		msg := fmt.Sprintf("%v.", obs.providerErr)
@@ -235,5 +260,5 @@ func isLatched(s crawlv1alpha1.ProxyStatus, generation int64) bool {
 		return false
 	}
 	c := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionReady)
-	return c != nil && c.Reason == crawlv1alpha1.ReasonPermanentError
+	return c != nil && (c.Reason == crawlv1alpha1.ReasonPermanentError || c.Reason == crawlv1alpha1.ReasonReplacementLoop)
 }

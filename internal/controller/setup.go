@@ -51,6 +51,9 @@ type Options struct {
 	HealthInterval          time.Duration
 	GCInterval              time.Duration
 	GCGracePeriod           time.Duration
+	// Replacement bounds replacements per Proxy; zero values take its
+	// defaults.
+	Replacement ReplacementPolicy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// SkipNameValidation allows several managers with the same controllers
@@ -78,7 +81,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	refusals := &refusalLog{}
 	r := &ProxyReconciler{refusals: refusals,
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
-		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles, Replacement: o.Replacement,
 		Tracer: o.Tracer, skipNameValidation: o.SkipNameValidation,
 		Prober: o.Prober, ProbeInterval: o.ProbeInterval, ProbeFailureThreshold: o.ProbeFailureThreshold,
 	}

@@ -74,6 +74,11 @@ func TestLifecycle(t *testing.T) {
 	if cfg["tags"] != Tag || cfg["agent"] != "1" || cfg["cores"] != "2" || cfg["memory"] != "512" {
 		t.Errorf("config tags=%q agent=%q cores=%q memory=%q", cfg["tags"], cfg["agent"], cfg["cores"], cfg["memory"])
 	}
+	// A node's planned reboot must start the VM again rather than leave it
+	// stopped, which would make the operator replace every VM of the node.
+	if cfg["onboot"] != "1" {
+		t.Errorf("config onboot=%q, want 1", cfg["onboot"])
+	}
 	if m, ok := parseMark(cfg["description"]); !ok || m.OwnerUID != "uid-lifecycle" || m.Name != req.Name || m.CreatedAt.IsZero() {
 		t.Errorf("mark %+v in %q (F10, F11)", m, cfg["description"])
 	}
