@@ -194,6 +194,11 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		image = p.image
 	}
 	port := req.Proxy.Port
+	if p.block.HostNetwork && port < privilegedPortsEnd && !p.block.AllowPrivilegedHostPorts {
+		return nil, provider.NewPermanent(
+			fmt.Errorf("port %d is below %d, and with hostNetwork it would be a port of the node itself", port, privilegedPortsEnd),
+			"recreate the Proxy with a port of 1024 or more, or set allowPrivilegedHostPorts in the entry's kubernetes block")
+	}
 	args := []string{"proxy", fmt.Sprintf("--listen=:%d", port), "--admin-listen=0"}
 	if len(req.Proxy.AllowedSourceRanges) > 0 {
 		ranges := make([]string, 0, len(req.Proxy.AllowedSourceRanges))
