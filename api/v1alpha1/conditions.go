@@ -177,6 +177,14 @@ const (
 	// AnnotationRetry, set to any value on a Proxy in phase Failed, makes the
 	// operator try again. The operator removes it once it acted on it.
 	AnnotationRetry = "crawl.example.com/retry"
+	// AnnotationReleaseFinalizer, set to any value on a Proxy being deleted
+	// whose provider entry is no longer in the operator's configuration,
+	// makes the operator remove its finalizer without removing the instance,
+	// which it can no longer reach. A Warning event (ReleasedWithoutCleanup)
+	// names the instance that may be left on the hypervisor: remove it by
+	// hand. On a Proxy whose entry is configured it does nothing: the
+	// operator removes the instance first, however long that takes.
+	AnnotationReleaseFinalizer = "crawl.example.com/release-finalizer"
 	// AnnotationRotate, set on a ProxyPool, asks for an on-demand rotation:
 	// the value "all" rotates every member, otherwise it is a
 	// comma-separated list of member names. The operator marks the members

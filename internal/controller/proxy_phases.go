@@ -28,7 +28,10 @@ const (
 	eventRetry            = "RetryRequested"
 	eventDeleteFailed     = "DeleteFailed"
 	eventDeleted          = "InstanceDeleted"
-	eventReplacementLoop  = crawlv1alpha1.ReasonReplacementLoop
+	// eventReleasedWithoutCleanup: the finalizer was released by
+	// annotation; the instance may be left.
+	eventReleasedWithoutCleanup = "ReleasedWithoutCleanup"
+	eventReplacementLoop        = crawlv1alpha1.ReasonReplacementLoop
 )
 
 // reconcileNormal drives a Proxy that is not being deleted: one provider
