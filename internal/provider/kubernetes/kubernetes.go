@@ -353,6 +353,12 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		return provider.Instance{}, provider.NewNotFound(err)
 	}
 	pod, err := p.getPod(ctx, p.c, name)
+	if apierrors.IsNotFound(err) || (err == nil && !p.ours(pod)) {
+		// NotFound makes the operator replace the instance. The cache may
+		// not have seen a pod created a moment ago (or may still hold a
+		// predecessor's), so the verdict comes from the API server itself.
+		pod, err = p.getPod(ctx, p.api, name)
+	}
 	if apierrors.IsNotFound(err) {
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("pod %s does not exist", id))
 	}

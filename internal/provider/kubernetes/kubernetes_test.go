@@ -225,6 +225,40 @@ func TestPrivilegedHostPortsNeedTheEntrysConsent(t *testing.T) {
 	}
 }
 
+// laggingCache stands for an informer cache that has not seen a new pod yet.
+type laggingCache struct{ client.Client }
+
+func (l laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, isPod := obj.(*corev1.Pod); isPod {
+		return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+	}
+	return l.Client.Get(ctx, key, obj, opts...)
+}
+
+// A cache that lags behind must never make Get say NotFound for a pod that
+// exists: the operator would replace it and run two (#12 item 11).
+func TestGetConfirmsNotFoundWithALiveRead(t *testing.T) {
+	ctx := context.Background()
+	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	e := entry(t, podNS, "")
+	req := request(proxyNS, nil)
+	id, err := newProvider(t, e).Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging, err := kubernetes.New(kubernetes.Options{Entry: e, Client: laggingCache{k8s}, APIReader: k8s, DefaultImage: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := lagging.Get(ctx, id)
+	if err != nil || in.ID != id {
+		t.Fatalf("Get through a lagging cache = %+v, %v; want the pod, confirmed on the API server", in, err)
+	}
+	if _, err := lagging.Get(ctx, kubernetes.ID(podNS, "never-made")); !provider.IsNotFound(err) {
+		t.Errorf("Get of a pod that does not exist = %v, want NotFound", err)
+	}
+}
+
 func TestHostNetworkUsesTheNodeAddressAndAHostPort(t *testing.T) {
 	ctx := context.Background()
 	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
