@@ -766,3 +766,24 @@ func TestHelpers(t *testing.T) {
 		t.Error("no address expected")
 	}
 }
+
+// TestUploadTimesOut (#12 item 11): a storage that never answers an upload
+// must not hold the create (and the seed with the proxy password) for ever:
+// the upload ends with a Transient error after its timeout, and Create is
+// retried later.
+func TestUploadTimesOut(t *testing.T) {
+	h := newHarness(t, nil)
+	p := h.provider()
+	p.api.uploadTimeout = 200 * time.Millisecond
+	h.sim.AddLatency(http.MethodPost, "/nodes/{node}/storage/{storage}/upload", time.Minute)
+	req := h.request("uid-upload-timeout", "proxy-uploadtimeout0001")
+	var err error
+	h.eventually("create reaches the upload", func() bool {
+		_, err = p.Create(h.ctx, req)
+		return !provider.IsInProgress(err)
+	})
+	if !provider.IsTransient(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Create with a stuck upload = %v, want Transient, deadline exceeded", err)
+	}
+	assertNoSecret(t, "error", err.Error())
+}
