@@ -386,6 +386,11 @@ func readAPIError(resp *http.Response, tok string) error {
 	if e.Message == "" {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
+	if e.Message == "" {
+		// A status without a standard text (595, 596 from a proxy that
+		// sends no reason phrase) must still say something.
+		e.Message = "no message"
+	}
 	e.redact(tok)
 	return e
 }
