@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"mime"
 	mimemultipart "mime/multipart"
@@ -91,7 +92,7 @@ func FuzzRender(f *testing.F) {
 		var parts [][]byte
 		for {
 			part, err := r.NextRawPart()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
