@@ -94,11 +94,13 @@ type ProxyReconciler struct {
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the reconciler: it watches Proxies and the
-// credentials Secrets they own.
+// SetupWithManager registers the reconciler: it watches Proxies. It does not
+// watch their credentials Secrets (that would take the right to list and
+// watch every Secret of the cluster): a deleted or edited Secret is noticed
+// at the Proxy's next reconcile, within the resync interval.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
 	workers := r.MaxConcurrentReconciles
@@ -108,7 +110,6 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&crawlv1alpha1.Proxy{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&corev1.Secret{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxy").
 		Complete(r)

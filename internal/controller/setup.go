@@ -62,16 +62,16 @@ type Options struct {
 }
 
 // CacheOptions returns the manager cache options the controllers rely on.
-// Secrets and ConfigMaps are cached only when the operator made them (they carry its
-// managed-by label), so that the operator does not hold every Secret of the
-// cluster in memory; a Secret the cache cannot see is treated as foreign.
-// Provider types add their own needs (see provider.Type.Cache); the operator's
-// setup merges them.
+// The controllers cache no Secret: they read the Secrets they made by name
+// from the API server, so that the operator needs no right to list or watch
+// Secrets cluster-wide (docs/security.md, RBAC). ConfigMaps (the pools'
+// published lists, which hold no credentials) are cached only when the
+// operator made them (they carry its managed-by label). Provider types add
+// their own needs (see provider.Type.Cache); the operator's setup merges
+// them.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}: {Label: managed}, &corev1.ConfigMap{}: {Label: managed},
-	}}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}}}
 }
 
 // SetupWithManager adds the Proxy reconciler, garbage collection and the
@@ -89,7 +89,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the proxy controller: %w", err)
 	}
 	pools := &ProxyPoolReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now,
 		ResyncInterval: o.PoolResyncInterval, skipNameValidation: o.SkipNameValidation,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
