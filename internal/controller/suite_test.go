@@ -196,7 +196,7 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 var (
 	operatorConfigOnce sync.Once
 	operatorConfig     *rest.Config
-	operatorConfigErr  error
+	errOperatorConfig  error
 )
 
 // asOperator returns the rest.Config the operators of the tests run with:
@@ -205,9 +205,9 @@ var (
 // markers lack fails the test that needs it, not a first install.
 func asOperator(t *testing.T) *rest.Config {
 	t.Helper()
-	operatorConfigOnce.Do(func() { operatorConfig, operatorConfigErr = env.AsOperator() })
-	if operatorConfigErr != nil {
-		t.Fatalf("running as the operator's ServiceAccount: %v", operatorConfigErr)
+	operatorConfigOnce.Do(func() { operatorConfig, errOperatorConfig = env.AsOperator() })
+	if errOperatorConfig != nil {
+		t.Fatalf("running as the operator's ServiceAccount: %v", errOperatorConfig)
 	}
 	return operatorConfig
 }
