@@ -19,9 +19,9 @@ import (
 // answer. The seed corpus is in testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	reg := provider.Types{kubernetes.Type, proxmox.Type, fakeprovider.TypeFor(nil)}.Registry()
-	f.Add([]byte("providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: [d]\n"))
-	f.Add([]byte("providers:\n- name: c\n  type: kubernetes\n  maxConcurrentCreates: 3\n  zones: [a]\n  machineTypes: [{name: t, cpus: 1, memoryMiB: 64}]\n  images: [i]\n  kubernetes: {namespace: p, hostNetwork: true}\n"))
-	f.Add([]byte("providers: [{name: x, type: proxmox, zones: [a], machineTypes: [], images: [], proxmox: {}}]"))
+	f.Add([]byte("providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n"))
+	f.Add([]byte("providers:\n- name: c\n  type: kubernetes\n  maxConcurrentCreates: 3\n  zones: [a]\n  machineTypes: {t: {cores: 1, memoryMiB: 64}}\n  images: [i]\n  kubernetes: {namespace: p, hostNetwork: true}\n"))
+	f.Add([]byte("providers: [{name: x, type: proxmox, zones: [a], machineTypes: {}, images: [], proxmox: {}}]"))
 	f.Add([]byte("{}"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := config.Parse(data, reg)

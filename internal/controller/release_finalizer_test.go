@@ -35,7 +35,7 @@ providers:
     type: fake
     zones: [rack-a]
     machineTypes:
-      - {name: small, cpus: 1, memoryMiB: 512}
+      small: {cores: 1, memoryMiB: 512}
     images: [debian-12]
 `), fakeprovider.Registry())
 	if err != nil {
