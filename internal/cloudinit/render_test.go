@@ -73,9 +73,9 @@ func TestRenderCloudConfig(t *testing.T) {
 		},
 		{
 			name:           "ranges only, unmasked",
-			reason:         "a range written with host bits (10.1.2.3/8) must become the network (10.0.0.0/8), IPv6 included; no BasicAuth line without credentials",
-			proxy:          Proxy{Port: 8888, AllowedSourceRanges: prefixes(t, "10.1.2.3/8", "2001:db8::1/32")},
-			wantDirectives: []string{"Port 8888", "Allow 10.0.0.0/8", "Allow 2001:db8::/32"},
+			reason:         "a range written with host bits (198.51.100.7/24) must become the network (198.51.100.0/24), IPv6 included; no BasicAuth line without credentials",
+			proxy:          Proxy{Port: 8888, AllowedSourceRanges: prefixes(t, "198.51.100.7/24", "2001:db8::1/32")},
+			wantDirectives: []string{"Port 8888", "Allow 198.51.100.0/24", "Allow 2001:db8::/32"},
 		},
 		{
 			name:           "credentials only",
@@ -139,7 +139,7 @@ func TestRenderIsDeterministic(t *testing.T) {
 	// The same Proxy must always give the same bytes: the Request built from
 	// it must be equal across reconciles for Create to be idempotent.
 	p := Proxy{Port: 3128, Username: "u", Password: "p",
-		AllowedSourceRanges: prefixes(t, "10.0.0.0/8", "2001:db8::/32", "192.0.2.0/24"),
+		AllowedSourceRanges: prefixes(t, "198.51.100.0/24", "2001:db8::/32", "192.0.2.0/24"),
 		ExtraUserData:       "#cloud-config\npackages: [htop]\n"}
 	first, err := Render(p)
 	if err != nil {
