@@ -27,7 +27,7 @@ type DeniedRange struct {
 	Reason string
 }
 
-// DefaultDeniedRanges are the destinations refused unless the policy's
+// DefaultDeniedRanges are, in the order they are matched, the destinations refused unless the policy's
 // AllowCIDRs reopen them: everything that is not the public Internet, where
 // a proxy would let its clients reach the host, the cloud's metadata
 // service, the cluster or the private network behind it.
@@ -43,8 +43,8 @@ var DefaultDeniedRanges = []DeniedRange{
 	{netip.MustParsePrefix("198.18.0.0/15"), "reserved"},
 	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"}, // 255.255.255.255 (broadcast) included
-	{netip.MustParsePrefix("::/96"), "unspecified"},     // ::, and the obsolete IPv4-compatible form
 	{netip.MustParsePrefix("::1/128"), "loopback"},
+	{netip.MustParsePrefix("::/96"), "unspecified"}, // ::, and the obsolete IPv4-compatible form
 	{netip.MustParsePrefix("100::/64"), "reserved"},
 	{netip.MustParsePrefix("fc00::/7"), "private"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
