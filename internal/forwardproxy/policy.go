@@ -210,7 +210,7 @@ func (g *egress) checkConnectPort(port string) *DeniedError {
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err == nil {
 		for _, r := range g.ports {
-			if uint16(n) >= r.From && uint16(n) <= r.To {
+			if n >= uint64(r.From) && n <= uint64(r.To) {
 				return nil
 			}
 		}

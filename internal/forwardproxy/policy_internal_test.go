@@ -128,7 +128,7 @@ func TestConnectPorts(t *testing.T) {
 
 func TestParsePortRange(t *testing.T) {
 	for in, want := range map[string]*PortRange{
-		"443": {443, 443}, " 8000-8999 ": {8000, 8999}, "1-65535": {1, 65535},
+		"443": {443, 443}, "8000-8999": {8000, 8999}, "1-65535": {1, 65535},
 		"0": nil, "65536": nil, "9-8": nil, "": nil, "x": nil, "1-": nil,
 	} {
 		got, err := ParsePortRange(in)

@@ -365,7 +365,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 		// writing the response to a client that is really gone fails.
 		detached, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancel()
-		defer context.AfterFunc(srv, cancel)()
+		defer context.AfterFunc(srv, cancel)() //nolint:contextcheck // bound to the server's context on purpose, see above.
 		ctx = detached
 	}
 	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))

@@ -1,7 +1,6 @@
 package forwardproxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -40,14 +40,39 @@ func (a *activity) deadline() time.Time { return time.Unix(0, a.last.Load()).Add
 // per read or write.
 type idleConn struct {
 	net.Conn
-	a *activity
+	a   *activity
+	raw syscall.RawConn // nil when the connection has no file descriptor
 }
 
 func newIdleConn(c net.Conn, a *activity) *idleConn {
 	d := a.deadline()
 	_ = c.SetReadDeadline(d)
 	_ = c.SetWriteDeadline(d)
-	return &idleConn{Conn: c, a: a}
+	ic := &idleConn{Conn: c, a: a}
+	if sc, ok := c.(syscall.Conn); ok {
+		ic.raw, _ = sc.SyscallConn()
+	}
+	return ic
+}
+
+// waitReadable returns once c has bytes to read, has ended or has failed,
+// without a buffer: see readable. Without a raw connection it returns at
+// once, and the next Read waits instead.
+func (c *idleConn) waitReadable() error {
+	if c.raw == nil {
+		return nil
+	}
+	for {
+		err := c.raw.Read(readable)
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		d := c.a.deadline()
+		if !time.Now().Before(d) {
+			return fmt.Errorf("%w for %s", errTunnelIdle, c.a.timeout)
+		}
+		_ = c.SetReadDeadline(d)
+	}
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
@@ -65,7 +90,7 @@ func (c *idleConn) Read(b []byte) (int, error) {
 		if !time.Now().Before(d) {
 			return 0, fmt.Errorf("%w for %s", errTunnelIdle, c.a.timeout)
 		}
-		_ = c.Conn.SetReadDeadline(d)
+		_ = c.SetReadDeadline(d)
 	}
 }
 
@@ -84,7 +109,7 @@ func (c *idleConn) Write(b []byte) (int, error) {
 		if !time.Now().Before(d) {
 			return written, fmt.Errorf("%w for %s", errTunnelIdle, c.a.timeout)
 		}
-		_ = c.Conn.SetWriteDeadline(d)
+		_ = c.SetWriteDeadline(d)
 	}
 }
 
@@ -92,8 +117,10 @@ func (c *idleConn) Write(b []byte) (int, error) {
 // (*net.TCPConn).
 type closeWriter interface{ CloseWrite() error }
 
-// relayBufs recycles the tunnels' copy buffers: an idle tunnel holds none,
-// which keeps its memory to the two goroutines and the sockets.
+// relayBufs recycles the tunnels' copy buffers. A relay takes one only once
+// bytes are waiting to be read and gives it back as soon as the socket is
+// drained, so an idle tunnel holds no buffer: its memory is its goroutines
+// and sockets.
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // splice copies bytes both ways between the client and the upstream server.
@@ -102,70 +129,95 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // write side still gets the answer. Both connections are closed once both
 // directions ended, at the first error either way, or when the tunnel
 // carried no bytes for the idle timeout. splice returns the first error that
-// is not the expected end of a tunnel.
+// is not the expected end of a tunnel. One direction runs on the calling
+// goroutine, which saves a goroutine stack per tunnel.
 func (p *Proxy) splice(client net.Conn, early []byte, upstream net.Conn, x *exchange) error {
 	a := newActivity(p.idleTimeout)
 	ic, iu := newIdleConn(client, a), newIdleConn(upstream, a)
-	var fromClient io.Reader = ic
+	var once sync.Once
+	closeBoth := func() {
+		once.Do(func() {
+			_ = client.Close()
+			_ = upstream.Close()
+		})
+	}
+	run := func(dst, src *idleConn, early []byte, count func(int)) error {
+		err := relay(dst, src, early, count)
+		if err != nil {
+			// Closing both ends is how the other direction is told to
+			// stop: it fails with net.ErrClosed.
+			closeBoth()
+		}
+		return err
+	}
+	up := make(chan error, 1)
+	go func() { up <- run(iu, ic, early, p.counter(x, true)) }()
+	errDown := run(ic, iu, nil, p.counter(x, false))
+	errUp := <-up
+	closeBoth()
+	for _, err := range []error{errDown, errUp} {
+		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	return nil
+}
+
+// relay writes early, then copies src to dst until src ends. At EOF it
+// closes the write half of dst and returns nil; where the write half cannot
+// be closed alone, it returns io.EOF so that splice ends the tunnel.
+func relay(dst, src *idleConn, early []byte, count func(int)) error {
 	if len(early) > 0 {
 		// A client may send its first bytes (a TLS ClientHello) without
 		// waiting for the 200; the server may already have read them.
-		fromClient = io.MultiReader(bytes.NewReader(early), ic)
-	}
-	done := make(chan error, 2)
-	go func() { done <- relay(iu, fromClient, upstream, p.counter(x, true)) }()
-	go func() { done <- relay(ic, iu, client, p.counter(x, false)) }()
-
-	closed := false
-	var first error
-	for range 2 {
-		err := <-done
-		if err == nil {
-			continue // one direction ended cleanly; the other goes on
-		}
-		if first == nil && !closed && !errors.Is(err, net.ErrClosed) {
-			first = err
-		}
-		if !closed {
-			// Closing both ends is how the other copy is told to stop:
-			// it fails with net.ErrClosed.
-			closed = true
-			_ = client.Close()
-			_ = upstream.Close()
+		n, err := dst.Write(early)
+		count(n)
+		if err != nil {
+			return err
 		}
 	}
-	if !closed {
-		_ = client.Close()
-		_ = upstream.Close()
-	}
-	return first
-}
-
-// relay copies src to dst until src ends. At EOF it closes the write half
-// of dstConn (the raw connection behind dst) and returns nil; where the
-// write half cannot be closed alone, it returns io.EOF so that splice ends
-// the tunnel.
-func relay(dst io.Writer, src io.Reader, dstConn net.Conn, count func(int)) error {
-	bp := relayBufs.Get().(*[]byte) //nolint:forcetypeassert // the pool holds only *[]byte.
-	defer relayBufs.Put(bp)
-	buf := *bp
 	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			written, werr := dst.Write(buf[:n])
-			count(written)
-			if werr != nil {
-				return werr
-			}
+		if err := src.waitReadable(); err != nil {
+			return err
 		}
-		if errors.Is(err, io.EOF) {
-			if cw, ok := dstConn.(closeWriter); ok && cw.CloseWrite() == nil {
+		eof, err := drain(dst, src, count)
+		if err != nil {
+			return err
+		}
+		if eof {
+			if cw, ok := dst.Conn.(closeWriter); ok && cw.CloseWrite() == nil {
 				return nil
 			}
 			return io.EOF
 		}
-		if err != nil {
-			return err
+	}
+}
+
+// drain copies what src has to dst with a pooled buffer, until a read would
+// wait (src is not readable any more) or src ends.
+func drain(dst, src *idleConn, count func(int)) (eof bool, err error) {
+	bp, _ := relayBufs.Get().(*[]byte) // the pool holds only *[]byte
+	defer relayBufs.Put(bp)
+	buf := *bp
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			written, werr := dst.Write(buf[:n])
+			count(written)
+			if werr != nil {
+				return false, werr
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return true, nil
+		}
+		if rerr != nil {
+			return false, rerr
+		}
+		if n < len(buf) {
+			// A short read emptied the socket's buffer; wait for more
+			// without holding this one.
+			return false, nil
 		}
 	}
 }
