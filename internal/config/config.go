@@ -67,6 +67,9 @@ type Entry struct {
 	// that replaces everything at once after an outage must not flood the
 	// hypervisor. Zero means DefaultMaxConcurrentCreates.
 	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty"`
+	// EgressPolicy is where the entry's proxies may connect; see
+	// EgressPolicy.
+	EgressPolicy EgressPolicy `json:"egressPolicy,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -111,7 +114,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {
@@ -232,6 +235,7 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 		errs = append(errs, field.Invalid(path.Child("maxConcurrentCreates"), e.MaxConcurrentCreates,
 			fmt.Sprintf("must be between 1 and %d, or unset for %d", maxMaxConcurrentCreates, DefaultMaxConcurrentCreates)))
 	}
+	errs = append(errs, e.EgressPolicy.validate(path.Child("egressPolicy"))...)
 
 	if known {
 		blk := newBlock()
