@@ -67,6 +67,9 @@ type Config struct {
 	// Egress is the destination policy; its zero value refuses every
 	// non-public address and CONNECT to ports other than 443.
 	Egress EgressPolicy
+	// LocalAddr, when valid, is the source address of upstream
+	// connections (a host with several addresses egresses from this one).
+	LocalAddr netip.Addr
 	// Resolver resolves upstream host names; nil means net.DefaultResolver.
 	// Whatever it answers, each address is checked against Egress right
 	// before it is dialed.
@@ -160,6 +163,9 @@ func New(cfg Config) (*Proxy, error) {
 	// Every upstream connection, for HTTP and CONNECT alike, is dialed
 	// here, and ControlContext checks the address it connects to.
 	p.dialer = &net.Dialer{ControlContext: p.egress.control, KeepAlive: 30 * time.Second}
+	if cfg.LocalAddr.IsValid() {
+		p.dialer.LocalAddr = &net.TCPAddr{IP: cfg.LocalAddr.AsSlice(), Zone: cfg.LocalAddr.Zone()}
+	}
 	maxConcurrent := cfg.MaxConcurrent
 	if maxConcurrent == 0 {
 		maxConcurrent = DefaultMaxConcurrent

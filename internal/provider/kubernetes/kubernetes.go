@@ -183,6 +183,34 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 	return pod, nil
 }
 
+// egressArgs returns the proxy subcommand's flags for the entry's egress
+// policy; the default policy needs none, so pods of entries without one
+// keep their arguments.
+func egressArgs(e config.EgressPolicy) []string {
+	join := func(ps []netip.Prefix) string {
+		out := make([]string, 0, len(ps))
+		for _, p := range ps {
+			out = append(out, p.Masked().String())
+		}
+		return strings.Join(out, ",")
+	}
+	var args []string
+	if len(e.AllowCIDRs) > 0 {
+		args = append(args, "--egress-allow-cidrs="+join(e.AllowCIDRs))
+	}
+	if len(e.DenyCIDRs) > 0 {
+		args = append(args, "--egress-deny-cidrs="+join(e.DenyCIDRs))
+	}
+	if len(e.ConnectPorts) > 0 {
+		ports := make([]string, 0, len(e.ConnectPorts))
+		for _, r := range e.ConnectPorts {
+			ports = append(ports, r.String())
+		}
+		args = append(args, "--connect-ports="+strings.Join(ports, ","))
+	}
+	return args
+}
+
 // podFor builds the pod of a request.
 func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 	mt, ok := p.entry.MachineTypes[req.MachineType]
@@ -207,6 +235,7 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		}
 		args = append(args, "--allowed-source-ranges="+strings.Join(ranges, ","))
 	}
+	args = append(args, egressArgs(req.Proxy.Egress)...)
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr(false),
 		ReadOnlyRootFilesystem:   ptr(true),
