@@ -139,6 +139,10 @@ docker-push: ## Push the image IMG (needs a Docker engine and the registry's cre
 bench: ## Measure API calls, convergence and memory of the proxmox provider against the simulator (ARGS='--proxies 1,100').
 	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench $(ARGS)
 
+.PHONY: bench-proxy
+bench-proxy: ## Measure the forward proxy against tinyproxy and squid on loopback (installs them with apt-get when missing; ARGS='--rounds 1').
+	$(GO) run ./hack/benchproxy $(ARGS)
+
 # Targets that talk to a cluster use the current kubeconfig context and fail
 # at once, with a message, when kubectl or the cluster is missing.
 KUBECTL        ?= kubectl

@@ -45,8 +45,8 @@ type origin struct {
 	done chan struct{}
 }
 
-func startOrigin() (*origin, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func startOrigin(ctx context.Context) (*origin, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -256,6 +256,7 @@ func openIdleTunnels(ctx context.Context, proxyAddr, target string, n int) ([]ne
 		if err != nil {
 			return conns, err
 		}
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			return conns, fmt.Errorf("CONNECT: %s", resp.Status)
 		}

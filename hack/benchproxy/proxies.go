@@ -52,7 +52,7 @@ func runChild(addr string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ func (p *proxyProc) pids() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
 			continue
 		}
@@ -149,8 +149,8 @@ func (p *proxyProc) stop() {
 }
 
 // freePort returns a loopback address that is free now.
-func freePort() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (string, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
@@ -161,7 +161,7 @@ func freePort() (string, error) {
 // startProxy starts the named proxy on a free loopback port and waits until
 // it accepts connections.
 func startProxy(ctx context.Context, name string) (*proxyProc, error) {
-	addr, err := freePort()
+	addr, err := freePort(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -190,13 +190,13 @@ func startProxy(ctx context.Context, name string) (*proxyProc, error) {
 		}
 		// -d: in the foreground, not as a daemon; its own file, never
 		// the system's configuration or service.
-		p.cmd = exec.CommandContext(ctx, "tinyproxy", "-d", "-c", path)
+		p.cmd = exec.CommandContext(ctx, "tinyproxy", "-d", "-c", path) //nolint:gosec // G204: a fixed program with the bench's own file.
 	case "squid":
 		if p.dir, err = squidDir(port); err != nil {
 			return nil, err
 		}
 		// -N: no daemon; its own configuration, cache and pid files.
-		p.cmd = exec.CommandContext(ctx, "squid", "-N", "-f", filepath.Join(p.dir, "squid.conf"))
+		p.cmd = exec.CommandContext(ctx, "squid", "-N", "-f", filepath.Join(p.dir, "squid.conf")) //nolint:gosec // G204: a fixed program with the bench's own file.
 	default:
 		return nil, fmt.Errorf("unknown proxy %q", name)
 	}
@@ -278,7 +278,7 @@ func waitListening(ctx context.Context, addr string) error {
 
 // available reports whether the named proxy can run here, and installs
 // tinyproxy and squid with apt-get when asked to and they are missing.
-func available(name string, install bool, log func(string, ...any)) bool {
+func available(ctx context.Context, name string, install bool, log func(string, ...any)) bool {
 	if name == "ours" {
 		return true
 	}
@@ -289,7 +289,7 @@ func available(name string, install bool, log func(string, ...any)) bool {
 		return false
 	}
 	log("%s is not installed; installing tinyproxy and squid with apt-get", name)
-	cmd := exec.Command("apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", "tinyproxy", "squid")
+	cmd := exec.CommandContext(ctx, "apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", "tinyproxy", "squid")
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		log("installing failed (%v); going on without %s:\n%s", err, name, lastLines(string(out), 5))
@@ -298,7 +298,7 @@ func available(name string, install bool, log func(string, ...any)) bool {
 	// The packages start their system services; the bench never uses
 	// them, and they would hold port 3128 and memory during the runs.
 	for _, svc := range []string{"tinyproxy", "squid"} {
-		_ = exec.Command("service", svc, "stop").Run()
+		_ = exec.CommandContext(ctx, "service", svc, "stop").Run() //nolint:gosec // G204: one of two fixed service names.
 	}
 	_, err := exec.LookPath(name)
 	return err == nil

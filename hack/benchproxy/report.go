@@ -99,8 +99,8 @@ func met(ok bool) string {
 // write prints the Markdown tables.
 func (r *results) write(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured %s on %s with `%s`: at most %d requests or %s per scenario and proxy, %d concurrent clients, %d idle tunnels.\n\n",
-		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.requests, r.opts.duration, r.opts.concurrency, r.opts.idle)
+	fmt.Fprintf(&b, "Measured %s on %s with `%s`: %d rounds of at most %d requests or %s per scenario and proxy (the median round shown), %d concurrent clients, %d idle tunnels.\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.rounds, r.opts.requests, r.opts.duration, r.opts.concurrency, r.opts.idle)
 	if len(r.missing) > 0 {
 		fmt.Fprintf(&b, "Not measured (not installed): %s.\n\n", strings.Join(r.missing, ", "))
 	}

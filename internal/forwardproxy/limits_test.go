@@ -2,6 +2,7 @@ package forwardproxy_test
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -339,9 +340,15 @@ func BenchmarkIdleTunnelMemory(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: time.Minute}
-	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(func() { _ = srv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{}) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
+	})
 	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n"
 	var perTunnel float64
 	for b.Loop() {

@@ -2,6 +2,7 @@ package forwardproxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -203,7 +204,10 @@ func New(cfg Config) (*Proxy, error) {
 			pr.Out.Header.Del("Proxy-Authorization")
 			pr.Out.Header.Del("Proxy-Connection")
 		},
-		Transport:     p.transport,
+		Transport: p.transport,
+		// Without a pool, ReverseProxy allocates a 32 KiB buffer for
+		// every response body: most of the garbage per request.
+		BufferPool:    bufferPool{},
 		FlushInterval: -1,
 		ErrorHandler:  p.upstreamError,
 	}
@@ -255,7 +259,14 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
 	}
-	defer p.finish(r, x)
+	detached := false
+	defer func() {
+		// Deferred, so that it runs also when ReverseProxy aborts a
+		// response with http.ErrAbortHandler.
+		if !detached {
+			p.finish(r, x)
+		}
+	}()
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuse(w, http.StatusForbidden, "source address not allowed")
@@ -265,13 +276,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case !p.acquire():
 		w.Header().Set("Retry-After", "1")
 		x.refuse(w, http.StatusServiceUnavailable, "the proxy is at its limit of concurrent requests and tunnels; retry later")
-	default:
+	case r.Method != http.MethodConnect:
 		defer p.release()
-		if r.Method == http.MethodConnect {
-			p.connect(w, r, x)
-		} else {
-			p.forward(w, r, x)
+		p.forward(w, r, x)
+	default:
+		tunnel := p.connect(w, r, x)
+		if tunnel == nil {
+			p.release()
+			return
 		}
+		detached = true
+		run := func() {
+			tunnel()
+			p.release()
+			p.finish(r, x)
+		}
+		// Under Serve, the tunnel goes on in a goroutine of its own and
+		// this handler returns: net/http then frees the connection's
+		// goroutine, with its grown stack and its buffers, which is most
+		// of what an idle tunnel would otherwise hold.
+		if detach, ok := r.Context().Value(detachKey{}).(func() func()); ok {
+			done := detach()
+			go func() {
+				defer done()
+				run()
+			}()
+			return
+		}
+		run()
 	}
 }
 
@@ -408,32 +440,30 @@ func (p *Proxy) refuseUpstream(w http.ResponseWriter, x *exchange, err error) {
 
 // connect tunnels a CONNECT request: it dials the target, hijacks the
 // client's connection, answers 200 and splices the two.
-func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) {
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) (tunnel func()) {
 	target := r.Host
 	_, port, err := net.SplitHostPort(target)
 	if err != nil || port == "" {
 		x.refuse(w, http.StatusBadRequest, "CONNECT needs a host:port target")
-		return
+		return nil
 	}
 	if d := p.egress.checkConnectPort(port); d != nil {
 		x.err = d
 		refuseDenied(w, x, d)
-		return
+		return nil
 	}
-	p.active(1)
-	defer p.active(-1)
 	upstream, err := p.dial(r.Context(), "tcp", target)
 	if err != nil {
 		x.err = err
 		p.refuseUpstream(w, x, err)
-		return
+		return nil
 	}
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		_ = upstream.Close()
 		x.err = err
 		x.refuse(w, http.StatusInternalServerError, "cannot tunnel on this connection")
-		return
+		return nil
 	}
 	x.status = http.StatusOK
 	// The server may have left deadlines on the connection; the tunnel
@@ -443,13 +473,20 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) {
 		_ = client.Close()
 		_ = upstream.Close()
 		x.err = err
-		return
+		return nil
 	}
 	var early []byte
 	if n := brw.Reader.Buffered(); n > 0 {
-		early, _ = brw.Peek(n)
+		// A copy: the peeked bytes would keep the server's whole read
+		// buffer alive for as long as the tunnel lasts.
+		peeked, _ := brw.Peek(n)
+		early = bytes.Clone(peeked)
 	}
-	x.err = p.splice(client, early, upstream, x)
+	p.active(1)
+	return func() {
+		defer p.active(-1)
+		x.err = p.splice(client, early, upstream, x)
+	}
 }
 
 // countingBody counts the bytes read from a request body.

@@ -2,6 +2,6 @@
 
 package forwardproxy
 
-// readable lets the caller's Read wait where peeking at a socket is not
+// peekReadable lets the caller's Read wait where peeking at a socket is not
 // available: the tunnel then holds its buffer while idle.
-func readable(uintptr) bool { return true }
+func peekReadable(uintptr) bool { return true }

@@ -88,7 +88,9 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(context.WithValue(ctx, connKey{}, c), serverKey{}, base)
+			ctx = context.WithValue(ctx, connKey{}, c)
+			ctx = context.WithValue(ctx, detachKey{}, t.detacher(c))
+			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
 	served := make(chan error, 1)
@@ -129,6 +131,12 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 }
 
 type connKey struct{}
+
+// detachKey holds, in a request's context, a function for handlers that go
+// on in a goroutine of their own after they return (a hijacked tunnel): it
+// counts that work as in flight, with its connection, until the function
+// it returns is called.
+type detachKey struct{}
 
 // serverKey holds, in a request's context, the context that ends when the
 // server stops serving (the end of the drain): unlike the request's own
@@ -216,6 +224,14 @@ func (t *tracker) wrap(h http.Handler) http.Handler {
 		defer t.end(c)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// detacher returns the detachKey function of connection c.
+func (t *tracker) detacher(c net.Conn) func() func() {
+	return func() func() {
+		t.begin(c)
+		return func() { t.end(c) }
+	}
 }
 
 func (t *tracker) begin(c net.Conn) {

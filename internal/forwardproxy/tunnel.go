@@ -63,7 +63,7 @@ func (c *idleConn) waitReadable() error {
 		return nil
 	}
 	for {
-		err := c.raw.Read(readable)
+		err := c.raw.Read(peekReadable)
 		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
 		}
@@ -219,5 +219,20 @@ func drain(dst, src *idleConn, count func(int)) (eof bool, err error) {
 			// without holding this one.
 			return false, nil
 		}
+	}
+}
+
+// bufferPool lends ReverseProxy the tunnels' buffers.
+type bufferPool struct{}
+
+func (bufferPool) Get() []byte {
+	bp, _ := relayBufs.Get().(*[]byte) // the pool holds only *[]byte
+	return *bp
+}
+
+func (bufferPool) Put(b []byte) {
+	if cap(b) >= 32<<10 {
+		b = b[:32<<10]
+		relayBufs.Put(&b)
 	}
 }
