@@ -21,11 +21,13 @@ const (
 	tinyproxyDropInPath = "/etc/systemd/system/tinyproxy.service.d/egress-proxy.conf"
 )
 
-// nftablesUnit loads the rules before tinyproxy starts.
+// nftablesUnit loads the rules before tinyproxy starts, and after the
+// distribution's nftables.service, whose /etc/nftables.conf may flush the
+// whole ruleset.
 const nftablesUnit = `[Unit]
 Description=Egress policy of the egress proxy (nftables rules for the tinyproxy user)
 Before=tinyproxy.service
-After=network-pre.target
+After=network-pre.target nftables.service
 
 [Service]
 Type=oneshot
