@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -38,34 +37,55 @@ var scenarios = []scenario{
 	{name: "CONNECT + GET 1 KiB", path: "/small", connect: true},
 }
 
+// originPorts is how many ports the origin listens on. Tunnels open a
+// connection per request, thousands a second: spread over many destination
+// ports, the proxies' connections to the origin do not run out of
+// ephemeral ports nor meet the origin's TIME_WAIT sockets of an earlier
+// connection with the same addresses and ports.
+const originPorts = 64
+
 // origin is the HTTP server every request ends at.
 type origin struct {
-	addr string
-	srv  *http.Server
-	done chan struct{}
+	addr  string   // the first port, for keep-alive GETs and idle tunnels
+	addrs []string // every port, taken in turn by tunnels
+	next  atomic.Uint64
+	srv   *http.Server
+	wg    sync.WaitGroup
+}
+
+// tunnelTarget returns the origin address of the next tunnel.
+func (o *origin) tunnelTarget() string {
+	return o.addrs[o.next.Add(1)%uint64(len(o.addrs))]
 }
 
 func startOrigin(ctx context.Context) (*origin, error) {
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
+	var lns []net.Listener
+	for range originPorts {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/small", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(smallBody) })
 	mux.HandleFunc("/large", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(largeBody) })
 	// Idle tunnels hold connections that never send a request: the
 	// header timeout outlasts the run.
-	o := &origin{addr: ln.Addr().String(), srv: &http.Server{Handler: mux, ReadHeaderTimeout: time.Hour}, done: make(chan struct{})}
-	go func() {
-		defer close(o.done)
-		_ = o.srv.Serve(ln)
-	}()
+	o := &origin{addr: lns[0].Addr().String(), srv: &http.Server{Handler: mux, ReadHeaderTimeout: time.Hour}}
+	for _, ln := range lns {
+		o.addrs = append(o.addrs, ln.Addr().String())
+		o.wg.Go(func() { _ = o.srv.Serve(ln) })
+	}
 	return o, nil
 }
 
 func (o *origin) close() {
 	_ = o.srv.Close()
-	<-o.done
+	o.wg.Wait()
 }
 
 // op performs one request and returns the body bytes it read.
@@ -97,7 +117,7 @@ func getOp(c *http.Client, target string) op {
 // proxies' latency is compared with.
 func directClient(org *origin, sc scenario, concurrency int) makeOp {
 	if sc.connect {
-		return func() op { return tunnelOp("", org.addr, sc.path) }
+		return func() op { return tunnelOp("", org, sc.path) }
 	}
 	c := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: concurrency, DisableCompression: true}}
 	return func() op { return getOp(c, "http://"+org.addr+sc.path) }
@@ -107,7 +127,7 @@ func directClient(org *origin, sc scenario, concurrency int) makeOp {
 // credentials, keeping connections alive as a crawler does.
 func proxyClient(org *origin, proxyAddr string, sc scenario, concurrency int) makeOp {
 	if sc.connect {
-		return func() op { return tunnelOp(proxyAddr, org.addr, sc.path) }
+		return func() op { return tunnelOp(proxyAddr, org, sc.path) }
 	}
 	u := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(benchUser, benchPass)}
 	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: concurrency, DisableCompression: true}}
@@ -124,9 +144,10 @@ func connectRequest(target string) string {
 // tunnelOp opens a tunnel through proxyAddr (none: a direct connection),
 // sends one GET through it and closes it: what a crawler does for each
 // HTTPS host, without the TLS, which would only measure the client.
-func tunnelOp(proxyAddr, target, path string) op {
+func tunnelOp(proxyAddr string, org *origin, path string) op {
 	return func(ctx context.Context) (int64, error) {
 		var d net.Dialer
+		target := org.tunnelTarget()
 		addr := target
 		if proxyAddr != "" {
 			addr = proxyAddr
@@ -135,7 +156,15 @@ func tunnelOp(proxyAddr, target, path string) op {
 		if err != nil {
 			return 0, err
 		}
-		defer func() { _ = c.Close() }()
+		defer func() {
+			// A reset rather than a FIN: the client's side keeps no
+			// TIME_WAIT socket, and thousands of tunnels a second do not
+			// exhaust its ports.
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			_ = c.Close()
+		}()
 		if dl, ok := ctx.Deadline(); ok {
 			_ = c.SetDeadline(dl)
 		}
@@ -279,10 +308,6 @@ func errorSummary(m measurement) string {
 	msg := "?"
 	if m.firstErr != nil {
 		msg = m.firstErr.Error()
-		var ne net.Error
-		if errors.As(m.firstErr, &ne) && ne.Timeout() {
-			msg = "timeout"
-		}
 	}
 	return fmt.Sprintf("%d failed (%s)", m.errors, strings.ReplaceAll(msg, "|", "/"))
 }
