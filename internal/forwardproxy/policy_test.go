@@ -1,8 +1,10 @@
 package forwardproxy_test
 
 import (
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -155,5 +157,38 @@ func TestNewChecksTheEgressPolicy(t *testing.T) {
 				t.Error("New accepted a policy that cannot be right")
 			}
 		})
+	}
+}
+
+// Config.LocalAddr is the source of upstream connections, for plain HTTP
+// and tunnels alike (a simulated guest egresses from its own address).
+func TestDialsFromLocalAddr(t *testing.T) {
+	seen := make(chan string, 2)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		seen <- host
+	}))
+	t.Cleanup(o.Close)
+	cfg := withAuth
+	cfg.LocalAddr = netip.MustParseAddr("127.0.0.7")
+	h := start(t, cfg, time.Second)
+	host := strings.TrimPrefix(o.URL, "http://")
+	if resp := raw(t, h.addr, "GET "+o.URL+"/ HTTP/1.1\r\nHost: "+host+"\r\nProxy-Authorization: "+basic(testUser, testPassword)+"\r\n\r\n"); resp.status != http.StatusOK {
+		t.Fatalf("GET: %d", resp.status)
+	}
+	if diff := cmp.Diff("127.0.0.7", receive(t, "the origin's request", seen)); diff != "" {
+		t.Errorf("source of the upstream connection (-want +got):\n%s", diff)
+	}
+	c, br := tunnel(t, h.addr, host, basic(testUser, testPassword), "")
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if diff := cmp.Diff("127.0.0.7", receive(t, "the tunnelled request", seen)); diff != "" {
+		t.Errorf("source of the tunnel's upstream connection (-want +got):\n%s", diff)
 	}
 }
