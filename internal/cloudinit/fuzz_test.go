@@ -17,8 +17,9 @@ import (
 )
 
 // checkOwnPart decodes the operator's #cloud-config strictly and checks its
-// shape: tinyproxy installed, its configuration written where it is read,
-// with exactly the directives p asks for, and the service enabled.
+// shape: tinyproxy and nftables installed, its configuration written where
+// it is read, with exactly the directives p asks for, the egress rules and
+// their units written, and the services enabled.
 func checkOwnPart(t *testing.T, data []byte, p Proxy) {
 	t.Helper()
 	const header = "#cloud-config\n"
@@ -29,7 +30,7 @@ func checkOwnPart(t *testing.T, data []byte, p Proxy) {
 	if err := yaml.UnmarshalStrict(data[len(header):], &cc); err != nil {
 		t.Fatalf("the operator's part is not the expected YAML: %v\n%s", err, data)
 	}
-	if !cc.PackageUpdate || !slices.Equal(cc.Packages, []string{"tinyproxy"}) || len(cc.WriteFiles) != 1 || len(cc.RunCmd) != 2 {
+	if !cc.PackageUpdate || !slices.Equal(cc.Packages, []string{"tinyproxy", "nftables"}) || len(cc.WriteFiles) != 4 || len(cc.RunCmd) != 4 {
 		t.Fatalf("cloud-config shape: %+v", cc)
 	}
 	wf := cc.WriteFiles[0]
@@ -43,6 +44,11 @@ func checkOwnPart(t *testing.T, data []byte, p Proxy) {
 	}
 	for _, r := range p.AllowedSourceRanges {
 		want = append(want, "Allow "+r.Masked().String())
+	}
+	// The default egress policy: CONNECT to 443 only.
+	want = append(want, "ConnectPort 443")
+	if rules := cc.WriteFiles[1]; rules.Path != NftablesPath || rules.Content != NftablesRules(p.Egress) {
+		t.Fatalf("write_files[1] = %+v, want the egress rules", rules)
 	}
 	if got := confDirectives(wf.Content); !slices.Equal(got, want) {
 		t.Fatalf("tinyproxy directives %q, want %q", got, want)
