@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // slowClone makes clones take 200 ms at speed 1000, long enough to observe
@@ -623,5 +625,59 @@ func TestF26TimingsAsDefaults(t *testing.T) {
 	defer func() { _ = sim.Close() }()
 	if got := sim.scaled(d.Clone); got != 30*time.Millisecond {
 		t.Errorf("clone at speed 100 = %v", got)
+	}
+}
+
+// TestNodeVMListing: GET /nodes/{node}/qemu lists the VMs of one node (not
+// containers, not other nodes' VMs, only those the token may audit); a
+// paused VM is running there like in the cluster-wide listing, and only
+// full=1 adds the qmpstatus that tells it apart (F14).
+func TestNodeVMListing(t *testing.T) {
+	h := newHarness(t, nil)
+	h.cloneAndWait(231, nil)
+	h.cloneAndWait(232, nil)
+	h.startAndWait(231)
+	h.startAndWait(232)
+	h.waitTask(h.ok(http.MethodPost, "/nodes/pve1/qemu/232/status/suspend", nil).dataString(t))
+	byVMID := func(list []map[string]any) map[int]map[string]any {
+		out := map[int]map[string]any{}
+		for _, e := range list {
+			vmid, _ := e["vmid"].(float64)
+			out[int(vmid)] = e
+		}
+		return out
+	}
+	type row struct{ Status, QMP string }
+	states := func(params url.Values) map[int]row {
+		out := map[int]row{}
+		for vmid, e := range byVMID(h.ok(http.MethodGet, "/nodes/pve1/qemu", params).dataList(t)) {
+			st, _ := e["status"].(string)
+			qmp, _ := e["qmpstatus"].(string)
+			out[vmid] = row{st, qmp}
+		}
+		return out
+	}
+	want := map[int]row{
+		9000: {statusStopped, ""}, 9001: {statusStopped, ""}, 9002: {statusStopped, ""},
+		231: {statusRunning, statusRunning}, 232: {statusRunning, qmpPaused},
+	}
+	if diff := cmp.Diff(want, states(url.Values{"full": {"1"}})); diff != "" {
+		t.Errorf("full=1 listing of pve1 (-want +got):\n%s", diff)
+	}
+	want[231], want[232] = row{statusRunning, ""}, row{statusRunning, ""}
+	if diff := cmp.Diff(want, states(nil)); diff != "" {
+		t.Errorf("listing of pve1 without full (-want +got):\n%s", diff)
+	}
+	if e := byVMID(h.ok(http.MethodGet, "/nodes/pve1/qemu", nil).dataList(t))[9000]; e["template"] != float64(1) || e["name"] != "debian-13" {
+		t.Errorf("template entry = %v, want template 1 and its name", e)
+	}
+	if got := h.ok(http.MethodGet, "/nodes/pve2/qemu", url.Values{"full": {"1"}}).dataList(t); len(got) != 0 {
+		t.Errorf("pve2 hosts only a container, listed %v", got)
+	}
+	if got := h.callAs(nobodyToken, nobodySecret, http.MethodGet, "/nodes/pve1/qemu", nil); got.code != http.StatusOK || len(got.dataList(t)) != 0 {
+		t.Errorf("a token without VM.Audit: %s %v, want 200 and no VM", got.status, got.body)
+	}
+	if r := h.call(http.MethodGet, "/nodes/pve1/qemu", url.Values{"full": {"maybe"}}); r.code != http.StatusBadRequest || r.body.Errors["full"] == "" {
+		t.Errorf("full=maybe: %s %v, want 400 with a field error", r.status, r.body.Errors)
 	}
 }

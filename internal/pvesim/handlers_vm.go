@@ -248,6 +248,69 @@ func (s *Sim) hStatusCurrent(c *call) (any, *apiError) {
 	return m, nil
 }
 
+// hNodeVMs answers GET /nodes/{node}/qemu: the VMs of one node the caller
+// may audit (others are left out, not refused), sorted by VMID. Like
+// status/current, it shows a paused VM as running; with full=1 a running VM
+// also carries its qmpstatus (paused, prelaunch, running) and the QEMU it
+// runs, which the cluster-wide listing lacks (F14).
+func (s *Sim) hNodeVMs(c *call) (any, *apiError) {
+	full := paramTrue(c.params["full"])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]int, 0, len(s.vms))
+	for id, v := range s.vms {
+		if v.node == c.node {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	out := make([]map[string]any, 0, len(ids))
+	for _, id := range ids {
+		if !c.p.has("/vms/"+itoa(id), "VM.Audit") {
+			continue
+		}
+		v := s.vms[id]
+		cores, _ := strconv.Atoi(v.conf["cores"])
+		mem, _ := strconv.ParseInt(v.conf["memory"], 10, 64)
+		m := map[string]any{
+			"vmid": id, "status": v.status, "uptime": v.uptime(),
+			"cpus": max(cores, 1), "maxmem": mem << 20, "mem": 0, "maxdisk": s.bootDiskSize(v), "disk": 0,
+			"cpu": 0, "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
+		}
+		if n := v.name(); n != "" {
+			m["name"] = n
+		}
+		if l := v.lock(); l != "" {
+			m["lock"] = l
+		}
+		if t := v.conf["tags"]; t != "" {
+			m["tags"] = t
+		}
+		if v.template() {
+			m["template"] = 1
+		}
+		if v.isRunning() {
+			m["pid"] = 100000 + v.vmid%800000
+			if full {
+				m["qmpstatus"] = v.qmp
+				m["running-qemu"] = "11.0.0"
+				m["running-machine"] = "pc-q35-11.0+pve0"
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// paramTrue reads a boolean parameter the way PVE does (1, true, yes, on).
+func paramTrue(v string) bool {
+	switch strings.ToLower(v) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
 // guestOf describes a VM to the GuestRunner. The caller holds s.mu.
 func (s *Sim) guestOf(v *vm) Guest {
 	g := Guest{VMID: v.vmid, Node: v.node, Name: v.name(), Address: GuestAddress(v.vmid), Config: maps.Clone(v.conf)}

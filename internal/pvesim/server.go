@@ -402,6 +402,7 @@ func (s *Sim) buildRoutes() []*route {
 	r = s.addRoute(r, http.MethodGet, "/cluster/nextid", s.hNextID)
 	r = s.addRoute(r, http.MethodGet, "/nodes", s.hNodes)
 	r = s.addRoute(r, http.MethodGet, "/nodes/{node}/status", s.hNodeStatus)
+	r = s.addRoute(r, http.MethodGet, "/nodes/{node}/qemu", s.hNodeVMs)
 	r = s.addRoute(r, http.MethodGet, vmPath+"/config", s.hGetConfig)
 	r = s.addRoute(r, http.MethodPost, vmPath+"/config", s.hSetConfigAsync)
 	r = s.addRoute(r, http.MethodPut, vmPath+"/config", s.hSetConfigSync)
