@@ -135,6 +135,17 @@ type VMStatus struct {
 	Lock      string `json:"lock"`
 }
 
+// NodeVM is one entry of /nodes/{node}/qemu?full=1. Unlike the cluster-wide
+// listing, it carries the qmpstatus of a running VM (F14: paused, prelaunch).
+type NodeVM struct {
+	VMID      int    `json:"vmid"`
+	Name      string `json:"name"`
+	Status    string `json:"status"`
+	QMPStatus string `json:"qmpstatus"`
+	Uptime    int64  `json:"uptime"`
+	Lock      string `json:"lock"`
+}
+
 // AgentInterface is one interface reported by the guest agent (F21).
 type AgentInterface struct {
 	Name        string `json:"name"`
@@ -434,6 +445,12 @@ func (c *client) nodeStatus(ctx context.Context, node string) error {
 func (c *client) resources(ctx context.Context) ([]Resource, error) {
 	var out []Resource
 	err := c.do(ctx, call{name: "list vms", method: http.MethodGet, path: "/cluster/resources", query: url.Values{"type": {"vm"}}}, &out)
+	return out, err
+}
+
+func (c *client) nodeVMs(ctx context.Context, node string) ([]NodeVM, error) {
+	var out []NodeVM
+	err := c.do(ctx, call{name: "list node vms", method: http.MethodGet, path: "/nodes/" + url.PathEscape(node) + "/qemu", node: node, query: url.Values{"full": {"1"}}}, &out)
 	return out, err
 }
 

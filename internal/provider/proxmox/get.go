@@ -9,14 +9,16 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Get implements provider.Provider (Part 2, Get). It reads the VM's current
-// status every time, so that a VM paused or stopped after it ran is seen at
-// the next Get (F14: the listing shows a paused VM as running). The rest
-// comes cheap: the listing is shared by every caller (at most one call per
-// poll interval for all instances), the mark is read once per VMID, and the
-// agent's address is cached while status/current shows the VM running
-// without a restart (its uptime did not go down). A Get of a running VM
-// costs one call, plus its share of the listing.
+// Get implements provider.Provider (Part 2, Get). It judges a listed
+// running VM by its qmpstatus, so that a VM paused after it ran is seen at
+// the next Get (F14: the cluster-wide listing shows a paused VM as running).
+// Everything comes cheap: the cluster-wide listing and the node listing that
+// carries the qmpstatus are each read at most once per poll interval and
+// shared by every caller, the mark is read once per VMID, and the agent's
+// address is cached while the VM runs without a restart (its uptime did not
+// go down). A Get of a running VM costs no call of its own, only its share
+// of the two listings; status/current is read only when the node listing
+// cannot answer.
 func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
 	_, vmid, name, err := parseID(id)
 	if err != nil {
@@ -73,7 +75,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		inst.State = provider.StateStopped
 		return inst, nil
 	}
-	st, err := p.api.status(ctx, r.Node, vmid)
+	st, err := p.runState(ctx, r)
 	if err != nil {
 		return provider.Instance{}, transientUnlessPermanent(classify(fmt.Sprintf("reading the status of VM %d", vmid), err))
 	}
@@ -123,6 +125,42 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	p.mu.Unlock()
 	inst.State, inst.Address = provider.StateRunning, addr
 	return inst, nil
+}
+
+// runState is the run state of a listed VM. For a VM the cluster-wide
+// listing shows running, it is the VM's entry in its node's listing (which,
+// with full=1, carries qmpstatus): read at most once per poll interval for
+// all VMs of the node, and at least as new as the previous Get of this VM,
+// so that a change after that Get is seen now. status/current is read
+// instead when the VM is not listed running with a qmpstatus there (the
+// node listing predates a start or a migration), when the node listing
+// fails, and for a VM the cluster-wide listing does not show running.
+func (p *Provider) runState(ctx context.Context, r Resource) (VMStatus, error) {
+	if r.Status == "running" {
+		notBefore := p.now().Add(-p.poll())
+		p.mu.Lock()
+		if t := p.seen[r.VMID]; t.After(notBefore) {
+			notBefore = t
+		}
+		p.mu.Unlock()
+		list, err := p.nodeListing(ctx, r.Node, notBefore)
+		switch {
+		case err == nil:
+			for _, v := range list {
+				if v.VMID == r.VMID && v.Status == "running" && v.QMPStatus != "" {
+					p.mu.Lock()
+					p.seen[r.VMID] = p.now()
+					p.mu.Unlock()
+					return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: v.Uptime, Lock: v.Lock}, nil
+				}
+			}
+		case ctx.Err() != nil:
+			return VMStatus{}, err
+		default:
+			logr.FromContextOrDiscard(ctx).V(1).Info("the node listing failed; reading the status of the VM instead", "node", r.Node, "vmid", r.VMID, "error", err.Error())
+		}
+	}
+	return p.api.status(ctx, r.Node, r.VMID)
 }
 
 func (p *Provider) dropAddr(vmid int) {

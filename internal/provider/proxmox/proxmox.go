@@ -39,27 +39,20 @@ type Provider struct {
 	lo, hi int
 	names  keyedlock.Locker
 
-	listMu sync.Mutex
-	list   []Resource
-	listAt time.Time
-	flight *flight
-	gen    int // bumped when the cache is invalidated
+	// listMu guards the shared reads: the cluster-wide listing and, by
+	// node, the node listings (only of nodes that host a running VM of
+	// ours, since only Get of such a VM reads one).
+	listMu  sync.Mutex
+	vms     sharedRead[[]Resource]
+	nodeVMs map[string]*sharedRead[[]NodeVM]
 
 	mu    sync.Mutex
 	marks map[int]markEntry    // by VMID: the mark read from the config
 	addrs map[int]addrEntry    // by VMID: the agent's address of a running VM
+	seen  map[int]time.Time    // by VMID: when the last Get judged its run state from a node listing
 	tasks map[string]pending   // by name: the task a Create or Delete waits for
 	done  map[string]bool      // by name/step: steps finished in this process
 	waits map[string]time.Time // by name/what: since when something is waited for
-}
-
-// flight is one /cluster/resources read shared by its callers.
-type flight struct {
-	done    chan struct{}
-	started time.Time
-	gen     int
-	list    []Resource
-	err     error
 }
 
 type markEntry struct {
@@ -111,12 +104,15 @@ func New(o Options) (*Provider, error) {
 		now = time.Now
 	}
 	lo, hi := b.VMIDs()
-	return &Provider{
+	p := &Provider{
 		entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
-		api:   newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
-		marks: map[int]markEntry{}, addrs: map[int]addrEntry{},
+		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
+		nodeVMs: map[string]*sharedRead[[]NodeVM]{},
+		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{}, seen: map[int]time.Time{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
-	}, nil
+	}
+	p.vms.read = p.api.resources
+	return p, nil
 }
 
 // ID returns the instance ID of a VM: "node/vmid/name". The name is the
@@ -148,47 +144,31 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 // Create), so that Get costs at most one call per poll interval for all
 // instances of the entry.
 func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, error) {
-	p.listMu.Lock()
-	if p.list != nil && !p.listAt.Before(notBefore) {
-		l := p.list
-		p.listMu.Unlock()
-		return l, nil
-	}
-	f := p.flight
-	if f == nil || f.started.Before(notBefore) {
-		f = &flight{done: make(chan struct{}), started: p.now(), gen: p.gen}
-		p.flight = f
-		// The read outlives a caller whose context ends: others wait for it.
-		fctx := context.WithoutCancel(ctx)
-		go func() {
-			l, err := p.api.resources(fctx)
-			p.listMu.Lock()
-			if err == nil && f.gen == p.gen && (p.list == nil || !f.started.Before(p.listAt)) {
-				p.list, p.listAt = l, f.started
-			}
-			if p.flight == f {
-				p.flight = nil
-			}
-			f.list, f.err = l, err
-			p.listMu.Unlock()
-			close(f.done)
-		}()
-	}
-	p.listMu.Unlock()
-	select {
-	case <-f.done:
-		return f.list, f.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("listing vms: %w", ctx.Err())
-	}
+	return p.vms.get(ctx, p, notBefore)
 }
 
-// invalidateListing drops the cached listing after a change this process made.
+// nodeListing returns /nodes/{node}/qemu?full=1 read at or after notBefore,
+// shared like the cluster-wide listing: with full=1 each running VM carries
+// its qmpstatus, which the cluster-wide listing lacks (F14).
+func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, error) {
+	p.listMu.Lock()
+	s, ok := p.nodeVMs[node]
+	if !ok {
+		s = &sharedRead[[]NodeVM]{read: func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }}
+		p.nodeVMs[node] = s
+	}
+	p.listMu.Unlock()
+	return s.get(ctx, p, notBefore)
+}
+
+// invalidateListing drops the cached listings after a change this process made.
 func (p *Provider) invalidateListing() {
 	p.listMu.Lock()
 	defer p.listMu.Unlock()
-	p.list, p.listAt = nil, time.Time{}
-	p.gen++
+	p.vms.drop()
+	for _, s := range p.nodeVMs {
+		s.drop()
+	}
 }
 
 // cachedListing is the listing at most one poll interval old.
@@ -236,6 +216,7 @@ func (p *Provider) forget(vmid int) {
 	defer p.mu.Unlock()
 	delete(p.marks, vmid)
 	delete(p.addrs, vmid)
+	delete(p.seen, vmid)
 }
 
 // cfgStr reads a config value as a string (numbers decode as float64).
