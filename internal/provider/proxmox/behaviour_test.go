@@ -175,12 +175,17 @@ func TestGetSeesAPauseAfterReady(t *testing.T) {
 	}
 	// The economy: a Get of a running VM whose address is known reads its
 	// node's listing (newer than its previous Get) and nothing else: no
-	// status read, no agent read (the cluster-wide listing is still fresh).
+	// status read, no agent read. The cluster-wide listing may or may not
+	// have outlived its 10 ms poll interval on a loaded machine, so it is
+	// left out here (TestGetSharesTheNodeListing counts it on a clock of
+	// its own).
 	h.sim.ResetCounters()
 	if _, err := p.Get(h.ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]int64{"GET /nodes/{node}/qemu": 1}, h.sim.Counters()); diff != "" {
+	c2 := h.sim.Counters()
+	delete(c2, "GET /cluster/resources")
+	if diff := cmp.Diff(map[string]int64{"GET /nodes/{node}/qemu": 1}, c2); diff != "" {
 		t.Errorf("calls of one Get (-want +got):\n%s", diff)
 	}
 }
