@@ -5,7 +5,8 @@
 // own connection to the proxy:
 //
 //   - with a wrong password, expecting 407: the proxy answers and is not
-//     open (skipped for proxies without authentication);
+//     open; for a proxy without authentication, a request no proxy
+//     forwards (origin-form "GET /"), expecting any HTTP answer;
 //   - with the right credentials, to a destination the proxy's egress policy
 //     denies (by default http://169.254.169.254/, the link-local metadata
 //     address), expecting 403: the credentials are accepted and the policy

@@ -87,6 +87,13 @@ func (h *HTTP) Probe(ctx context.Context, t Target) (Result, error) {
 	start := now()
 	var res Result
 	auth := t.Username != "" || t.Password != ""
+	if !auth {
+		// Nothing to refuse: any HTTP answer to a request no proxy forwards
+		// (origin-form, no host) shows that it answers.
+		if _, _, err := h.send(ctx, t.Address, "/", "probe.invalid", "", "", false); err != nil {
+			return res, fmt.Errorf("answer check: %w", err)
+		}
+	}
 	if auth {
 		code, _, err := h.do(ctx, t.Address, wrongPasswordURL, t.Username, t.Password+"-wrong", true)
 		if err != nil {
@@ -133,6 +140,12 @@ func (h *HTTP) do(ctx context.Context, proxyAddr, target, user, pass string, aut
 	if err != nil || u.Scheme != "http" || u.Host == "" {
 		return 0, "", fmt.Errorf("%s is not an http:// URL", redactURL(target))
 	}
+	return h.send(ctx, proxyAddr, u.String(), u.Host, user, pass, auth)
+}
+
+// send writes one GET with the given request target and Host on its own
+// connection to the proxy and reads the answer.
+func (h *HTTP) send(ctx context.Context, proxyAddr, requestTarget, host, user, pass string, auth bool) (int, string, error) {
 	var d interface {
 		DialContext(ctx context.Context, network, address string) (net.Conn, error)
 	} = &net.Dialer{}
@@ -148,7 +161,7 @@ func (h *HTTP) do(ctx context.Context, proxyAddr, target, user, pass string, aut
 	defer stop()
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: egress-proxies-operator-probe\r\nConnection: close\r\n", u.String(), u.Host)
+	fmt.Fprintf(&b, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: egress-proxies-operator-probe\r\nConnection: close\r\n", requestTarget, host)
 	if auth {
 		cred := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
 		fmt.Fprintf(&b, "Proxy-Authorization: Basic %s\r\n", cred)

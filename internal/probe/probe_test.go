@@ -187,3 +187,26 @@ func TestHTTPProbePassesThePolicyChecks(t *testing.T) {
 		t.Errorf("egress = %v, want 203.0.113.77", res.EgressIP)
 	}
 }
+
+func TestHTTPProbeOfAProxyWithoutAuthenticationSendsARequest(t *testing.T) {
+	requests := 0
+	addr := stubProxy(t, false, func(r *http.Request) (int, string) {
+		requests++
+		return http.StatusBadRequest, ""
+	})
+	if _, err := (&probe.HTTP{}).Probe(context.Background(), probe.Target{Address: addr}); err != nil {
+		t.Fatalf("a proxy without authentication that answers failed the probe: %v", err)
+	}
+	if requests != 1 {
+		t.Errorf("the proxy got %d requests, want 1: a probe must talk to the proxy even with nothing to check", requests)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := ln.Addr().String()
+	_ = ln.Close()
+	if _, err := (&probe.HTTP{}).Probe(context.Background(), probe.Target{Address: closed}); err == nil || !strings.Contains(err.Error(), "answer check") {
+		t.Errorf("a proxy without authentication that does not answer: error %v, want an answer check failure", err)
+	}
+}

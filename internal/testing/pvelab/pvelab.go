@@ -72,6 +72,9 @@ type Options struct {
 	// URL the operator fetches through each proxy to learn its egress
 	// address.
 	ProbeCheckURL string
+	// ProbeDeniedURL, when set, is the entry's probe.deniedURL: a
+	// destination the guests' egress policy must refuse with 403.
+	ProbeDeniedURL string
 }
 
 // Lab is a running simulated cluster.
@@ -157,8 +160,8 @@ func (l *Lab) providersYAML(o Options, token, ca string) string {
 		budgets = fmt.Sprintf("\n      budgets: {pollInterval: %s}", o.PollInterval)
 	}
 	probe := ""
-	if o.ProbeCheckURL != "" {
-		probe = fmt.Sprintf("\n    probe: {checkURL: %q}", o.ProbeCheckURL)
+	if o.ProbeCheckURL != "" || o.ProbeDeniedURL != "" {
+		probe = fmt.Sprintf("\n    probe: {checkURL: %q, deniedURL: %q}", o.ProbeCheckURL, o.ProbeDeniedURL)
 	}
 	return fmt.Sprintf(`
 providers:
