@@ -11,24 +11,17 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"sort"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
-	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
 
@@ -104,7 +97,7 @@ func main() {
 
 func run(ctx context.Context, f flags) error {
 	log := ctrl.Log.WithName("setup")
-	cfg, err := config.Load(f.providersConfig, registry())
+	cfg, err := config.Load(f.providersConfig, setup.Types.Registry())
 	if err != nil {
 		return err
 	}
@@ -128,14 +121,6 @@ func run(ctx context.Context, f flags) error {
 		}
 	}()
 
-	m, err := metrics.New(ctrlmetrics.Registry)
-	if err != nil {
-		return fmt.Errorf("registering metrics: %w", err)
-	}
-	scheme := runtime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
-		return fmt.Errorf("building the scheme: %w", err)
-	}
 	var tlsOpts []func(*tls.Config)
 	if !f.enableHTTP2 {
 		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
@@ -144,47 +129,32 @@ func run(ctx context.Context, f flags) error {
 	if f.metricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsOpts,
-		HealthProbeBindAddress:  f.probeAddr,
-		LeaderElection:          f.leaderElect,
-		LeaderElectionID:        "egress-proxies-operator.crawl.example.com",
-		LeaderElectionNamespace: f.leaderElectionNS,
-		Cache:                   controller.CacheOptions(podNamespaces(cfg)...),
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("reaching the API server: %w", err)
+	}
+	op, err := setup.New(setup.Options{
+		RestConfig: restConfig,
+		Config:     cfg,
+		OwnImage:   f.proxyImage,
+		Manager: ctrl.Options{
+			Metrics:                 metricsOpts,
+			HealthProbeBindAddress:  f.probeAddr,
+			LeaderElection:          f.leaderElect,
+			LeaderElectionNamespace: f.leaderElectionNS,
+		},
+		Controller: controller.Options{
+			PollInterval: f.pollInterval, ResyncInterval: f.resyncInterval, MaxConcurrentReconciles: f.workers,
+			HealthInterval: f.healthInterval, GCInterval: f.gcInterval, GCGracePeriod: f.gcGracePeriod,
+		},
+		Registerer: ctrlmetrics.Registry,
+		Tracer:     tracer,
 	})
 	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	d := deps{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), ownImage: f.proxyImage}
-	providers := map[string]provider.Provider{}
-	for i := range cfg.Providers {
-		e := &cfg.Providers[i]
-		p, err := providerTypes[e.Type].build(e, d)
-		if err != nil {
-			return fmt.Errorf("provider %q: %w", e.Name, err)
-		}
-		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{
-			Name: e.Name, Type: e.Type, Metrics: m, Tracer: tracer, Log: ctrl.Log.WithName("provider"),
-		})
-	}
-	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: cfg, Providers: providers, Metrics: m, Registerer: ctrlmetrics.Registry, Tracer: tracer,
-		PollInterval: f.pollInterval, ResyncInterval: f.resyncInterval, MaxConcurrentReconciles: f.workers,
-		HealthInterval: f.healthInterval, GCInterval: f.gcInterval, GCGracePeriod: f.gcGracePeriod,
-	}); err != nil {
 		return err
 	}
-	if err := errors.Join(mgr.AddHealthzCheck("healthz", healthz.Ping), mgr.AddReadyzCheck("readyz", healthz.Ping)); err != nil {
-		return fmt.Errorf("adding probes: %w", err)
-	}
-	names := make([]string, 0, len(providers))
-	for n := range providers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	log.Info("starting", "version", version, "providers", names, "tracing", tracing.Enabled(os.Getenv))
-	if err := mgr.Start(ctx); err != nil {
+	log.Info("starting", "version", version, "providers", op.EntryNames(), "tracing", tracing.Enabled(os.Getenv))
+	if err := op.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil

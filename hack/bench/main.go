@@ -42,6 +42,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
@@ -50,7 +51,7 @@ import (
 // unless the flags set them.
 const (
 	realResyncInterval   = controller.DefaultResyncInterval
-	realProviderPoll     = config.DefaultProxmoxPollInterval
+	realProviderPoll     = proxmox.DefaultPollInterval
 	realNotReadyInterval = controller.DefaultPollInterval
 )
 

@@ -164,7 +164,7 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 	if e.Name != "" {
 		path = field.NewPath("providers").Key(e.Name)
 	}
-	errs = append(errs, validateName(path.Child("name"), e.Name)...)
+	errs = append(errs, ValidateName(path.Child("name"), e.Name)...)
 
 	newBlock, known := reg[e.Type]
 	switch {
@@ -217,7 +217,9 @@ func typeOrBlock(t string) string {
 	return t
 }
 
-func validateName(path *field.Path, name string) field.ErrorList {
+// ValidateName checks that name is a DNS label, as entry and catalogue names
+// must be; blocks use it for the names they introduce (nodes, storages).
+func ValidateName(path *field.Path, name string) field.ErrorList {
 	if name == "" {
 		return field.ErrorList{field.Required(path, "a DNS label such as lab or pve-office")}
 	}
@@ -243,7 +245,7 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 		if mt.Name != "" {
 			p = mtPath.Key(mt.Name)
 		}
-		errs = append(errs, validateName(p.Child("name"), mt.Name)...)
+		errs = append(errs, ValidateName(p.Child("name"), mt.Name)...)
 		if seen[mt.Name] && mt.Name != "" {
 			errs = append(errs, field.Duplicate(p.Child("name"), mt.Name))
 		}
@@ -270,7 +272,7 @@ func validateNames(path *field.Path, names []string, what string) field.ErrorLis
 	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i, n := range names {
-		errs = append(errs, validateName(path.Index(i), n)...)
+		errs = append(errs, ValidateName(path.Index(i), n)...)
 		if seen[n] && n != "" {
 			errs = append(errs, field.Duplicate(path.Index(i), n))
 		}

@@ -48,23 +48,15 @@ type Options struct {
 	SkipNameValidation bool
 }
 
-// CacheOptions returns the manager cache options the controllers and
-// providers rely on. Secrets and pods are cached only when the operator made
-// them (they carry its managed-by label), so that the operator does not hold
-// every Secret of the cluster in memory; a Secret the cache cannot see is
-// treated as foreign. Pods are cached only in podNamespaces, the namespaces
-// of kubernetes provider entries, where the operator has rights on them.
-func CacheOptions(podNamespaces ...string) cache.Options {
+// CacheOptions returns the manager cache options the controllers rely on.
+// Secrets are cached only when the operator made them (they carry its
+// managed-by label), so that the operator does not hold every Secret of the
+// cluster in memory; a Secret the cache cannot see is treated as foreign.
+// Provider types add their own needs (see provider.Type.Cache); the operator's
+// setup merges them.
+func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
-	byObject := map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: managed}}
-	if len(podNamespaces) > 0 {
-		namespaces := map[string]cache.Config{}
-		for _, ns := range podNamespaces {
-			namespaces[ns] = cache.Config{}
-		}
-		byObject[&corev1.Pod{}] = cache.ByObject{Label: managed, Namespaces: namespaces}
-	}
-	return cache.Options{ByObject: byObject}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: managed}}}
 }
 
 // SetupWithManager adds the Proxy reconciler, garbage collection and the

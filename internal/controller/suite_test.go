@@ -21,17 +21,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
@@ -132,37 +130,13 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		oo.cfg = testConfig(t)
 	}
 	o := &operator{fake: oo.fake, reg: prometheus.NewRegistry(), logs: &logBuffer{}, spans: tracetest.NewSpanRecorder()}
-	var err error
-	if o.metrics, err = metrics.New(o.reg); err != nil {
-		t.Fatal(err)
-	}
 	log := o.logs.logger()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	providers := map[string]provider.Provider{}
-	for _, e := range oo.cfg.Providers {
-		providers[e.Name] = instrumented.Wrap(oo.fake, instrumented.Options{
-			Name: e.Name, Type: e.Type, Metrics: o.metrics, Log: log, Tracer: tp.Tracer("test"),
-		})
-	}
 	if oo.namespace == "" {
 		t.Fatal("startOperator needs a namespace")
 	}
-	cacheOpts := controller.CacheOptions()
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{oo.namespace: {}}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  cacheOpts,
-		Logger:                 log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := oo.opts
-	opts.Config, opts.Providers, opts.Metrics, opts.Registerer = oo.cfg, providers, o.metrics, o.reg
-	opts.Tracer = tp.Tracer("test")
 	opts.SkipNameValidation = true
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 50 * time.Millisecond
@@ -177,9 +151,22 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		// Tests run garbage collection by hand with RunOnce.
 		opts.GCInterval = time.Hour
 	}
-	if err := controller.SetupWithManager(mgr, opts); err != nil {
+	op, err := setup.New(setup.Options{
+		RestConfig: restConfig,
+		Config:     oo.cfg,
+		Types:      provider.Types{fakeprovider.TypeFor(oo.fake)},
+		Namespaces: []string{oo.namespace},
+		Manager:    ctrl.Options{Scheme: scheme},
+		Controller: opts,
+		Registerer: o.reg,
+		Tracer:     tp.Tracer("test"),
+		Log:        log,
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
+	o.metrics = op.Metrics
+	mgr := op.Manager
 	ctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), log))
 	o.cancel, o.done = cancel, make(chan struct{})
 	go func() {

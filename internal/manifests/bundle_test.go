@@ -20,6 +20,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // repoRoot returns the repository's root directory, two levels above this
@@ -33,15 +34,9 @@ func repoRoot(t *testing.T) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// registry replicates the provider types that cmd/egress-proxies-operator
-// registers (providers.go), for config.Parse. A type registered there and
-// used by a manifest must be added here, or the manifest's entry fails to
-// parse.
-func registry() config.Registry {
-	return config.Registry{
-		config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} },
-	}
-}
+// registry is the build's registry of provider types, so that every
+// manifest is checked against the types the binary accepts.
+func registry() config.Registry { return setup.Types.Registry() }
 
 // renderDocs renders the kustomization in dir (relative to the repository
 // root) as `kustomize build` does and returns one YAML document per object.

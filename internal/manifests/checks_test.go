@@ -12,6 +12,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
 
 // checkNamespaces: every namespaced object names a namespace that the render
@@ -364,7 +365,7 @@ func checkProviderRights(b *bundle) error {
 	var errs []error
 	sa := d.Spec.Template.Spec.ServiceAccountName
 	for _, e := range cfg.Providers {
-		kb, ok := e.Block.(*config.KubernetesBlock)
+		kb, ok := e.Block.(*kubernetes.Block)
 		if !ok {
 			continue
 		}

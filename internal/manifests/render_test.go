@@ -15,6 +15,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
 
 // defaultChecks are the checks of config/default.
@@ -343,9 +344,7 @@ func TestDecodeRejects(t *testing.T) {
 // config/samples/kustomization.yaml, with the reason. Their provider must be
 // absent from the sample providers configuration: once it is there, the
 // sample belongs in the kustomization.
-var pendingSamples = map[string]string{
-	"crawl_v1alpha1_proxy_proxmox.yaml": "the proxmox provider type is not registered yet",
-}
+var pendingSamples = map[string]string{}
 
 func loadSamplesConfig(t *testing.T, path string) *config.Config {
 	t.Helper()
@@ -372,7 +371,7 @@ func checkSamples(proxies []*crawlv1alpha1.Proxy, samples, installed *config.Con
 			errs = append(errs, fmt.Errorf("Proxy %s against config/samples/providers.yaml: %w", p.Name, err))
 			continue
 		}
-		if pl.Entry.Type == config.KubernetesType {
+		if pl.Entry.Type == kubernetes.TypeName {
 			if _, err := installed.Resolve(s.Provider, s.Zone, s.MachineType, s.Image); err != nil {
 				errs = append(errs, fmt.Errorf("Proxy %s against config/manager/providers.yaml: %w", p.Name, err))
 			}

@@ -50,7 +50,7 @@ const (
 
 // Options build a Provider.
 type Options struct {
-	// Entry is the configured entry; its Block is a *config.KubernetesBlock.
+	// Entry is the configured entry; its Block is a *Block.
 	Entry *config.Entry
 	// Client reads pods and the operator's Secrets from the manager's cache
 	// and writes through the API server.
@@ -68,7 +68,7 @@ type Options struct {
 // Provider runs proxies as pods.
 type Provider struct {
 	entry  *config.Entry
-	block  *config.KubernetesBlock
+	block  *Block
 	c      client.Client
 	api    client.Reader
 	image  string
@@ -83,7 +83,7 @@ var (
 
 // New returns the provider of one kubernetes entry. It contacts nothing.
 func New(o Options) (*Provider, error) {
-	block, ok := o.Entry.Block.(*config.KubernetesBlock)
+	block, ok := o.Entry.Block.(*Block)
 	if !ok {
 		return nil, fmt.Errorf("entry %q has no kubernetes block", o.Entry.Name)
 	}

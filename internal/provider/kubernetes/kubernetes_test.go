@@ -10,24 +10,21 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
-	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
@@ -78,7 +75,7 @@ providers:
     images: [default]
     kubernetes:
       namespace: %s
-%s`, podNS, block)), config.Registry{config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} }})
+%s`, podNS, block)), provider.Types{kubernetes.Type}.Registry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +334,7 @@ providers:
     machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
     images: [default]
     kubernetes: {namespace: %s}
-`, zone, podNS)), config.Registry{config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} }})
+`, zone, podNS)), provider.Types{kubernetes.Type}.Registry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,36 +382,29 @@ providers:
 	}
 }
 
-// TestProxyLifecycleOnAKubernetesEntry runs the operator's controllers with
-// this provider, as the binary wires them.
+// TestProxyLifecycleOnAKubernetesEntry runs the operator with this provider
+// through the operator's setup, as the binary wires it (registry, pod cache,
+// instrumentation).
 func TestProxyLifecycleOnAKubernetesEntry(t *testing.T) {
 	ctx := context.Background()
 	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
 	e := entry(t, podNS, "")
 	cfg := &config.Config{Providers: []config.Entry{*e}}
-	cacheOpts := controller.CacheOptions(podNS)
-	cacheOpts.DefaultNamespaces = map[string]cache.Config{podNS: {}, proxyNS: {}}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0", Cache: cacheOpts,
+	op, err := setup.New(setup.Options{
+		RestConfig: restConfig,
+		Config:     cfg,
+		OwnImage:   "img",
+		Namespaces: []string{podNS, proxyNS},
+		Manager:    ctrl.Options{Scheme: scheme},
+		Controller: controller.Options{
+			PollInterval: 50 * time.Millisecond, ResyncInterval: 200 * time.Millisecond,
+			HealthInterval: time.Hour, GCInterval: time.Hour, SkipNameValidation: true,
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	prov, err := kubernetes.New(kubernetes.Options{Entry: &cfg.Providers[0], Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), DefaultImage: "img"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := metrics.New(prometheus.NewRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := controller.SetupWithManager(mgr, controller.Options{
-		Config: cfg, Providers: map[string]provider.Provider{"cluster": prov}, Metrics: m,
-		PollInterval: 50 * time.Millisecond, ResyncInterval: 200 * time.Millisecond,
-		HealthInterval: time.Hour, GCInterval: time.Hour, SkipNameValidation: true,
-	}); err != nil {
-		t.Fatal(err)
-	}
+	mgr := op.Manager
 	mctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -83,19 +83,19 @@ type harness struct {
 	sim    *pvesim.Sim
 	runner *guests.Runner
 	entry  *config.Entry
-	block  *config.ProxmoxBlock
+	block  *Block
 	logs   *syncBuffer
 	ctx    context.Context
 }
 
 // newHarness starts a simulator on loopback and an entry pointing at it.
-func newHarness(t *testing.T, mod func(*config.ProxmoxBlock)) *harness {
+func newHarness(t *testing.T, mod func(*Block)) *harness {
 	t.Helper()
 	return newHarnessYAML(t, "", mod)
 }
 
 // newHarnessYAML is newHarness with extra top-level simulator YAML.
-func newHarnessYAML(t *testing.T, extra string, mod func(*config.ProxmoxBlock)) *harness {
+func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 	t.Helper()
 	cfg, err := pvesim.ParseConfig([]byte(simYAML + extra))
 	if err != nil {
@@ -124,17 +124,17 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*config.ProxmoxBlock)) 
 		t.Fatal(err)
 	}
 	poll := 10 * time.Millisecond
-	b := &config.ProxmoxBlock{
+	b := &Block{
 		APIURL: base, TokenFile: tokenFile, CAFile: caFile,
-		Zones:      map[string]config.ProxmoxZone{"zone-a": {Nodes: []string{"pve1"}}},
-		Images:     map[string]config.ProxmoxImage{"debian": {TemplateVMID: 9000}},
+		Zones:      map[string]Zone{"zone-a": {Nodes: []string{"pve1"}}},
+		Images:     map[string]Image{"debian": {TemplateVMID: 9000}},
 		ISOStorage: "seeds", AcceptLoopbackAddresses: true,
-		Budgets: config.ProxmoxBudgets{PollInterval: durationPtr(poll)},
+		Budgets: Budgets{PollInterval: durationPtr(poll)},
 	}
 	if mod != nil {
 		mod(b)
 	}
-	e := &config.Entry{Name: "lab", Type: config.ProxmoxType, Zones: []string{"zone-a"}, Images: []string{"debian"},
+	e := &config.Entry{Name: "lab", Type: TypeName, Zones: []string{"zone-a"}, Images: []string{"debian"},
 		MachineTypes: []config.MachineType{{Name: "small", CPUs: 2, MemoryMiB: 512}, {Name: "big", CPUs: 1, MemoryMiB: 512, DiskGiB: 5}},
 		Block:        b}
 	logs := &syncBuffer{}

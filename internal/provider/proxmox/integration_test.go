@@ -35,17 +35,17 @@ func TestRealHostLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PROXMOX_TEST_TEMPLATE_VMID: %v", err)
 	}
-	block := &config.ProxmoxBlock{
+	block := &Block{
 		APIURL: apiURL, TokenFile: need("PROXMOX_TEST_TOKEN_FILE"),
 		CAFile: os.Getenv("PROXMOX_TEST_CA_FILE"), InsecureSkipTLSVerify: os.Getenv("PROXMOX_TEST_INSECURE") == "1",
-		Zones:      map[string]config.ProxmoxZone{"test": {Nodes: []string{need("PROXMOX_TEST_NODE")}}},
-		Images:     map[string]config.ProxmoxImage{"test": {TemplateVMID: template}},
+		Zones:      map[string]Zone{"test": {Nodes: []string{need("PROXMOX_TEST_NODE")}}},
+		Images:     map[string]Image{"test": {TemplateVMID: template}},
 		ISOStorage: need("PROXMOX_TEST_ISO_STORAGE"), TargetStorage: os.Getenv("PROXMOX_TEST_TARGET_STORAGE"),
 		// Only for a dry run of this test against cmd/pvesim, whose agents
 		// report loopback addresses.
 		AcceptLoopbackAddresses: os.Getenv("PROXMOX_TEST_ACCEPT_LOOPBACK") == "1",
 	}
-	entry := &config.Entry{Name: "integration", Type: config.ProxmoxType, Zones: []string{"test"}, Images: []string{"test"},
+	entry := &config.Entry{Name: "integration", Type: TypeName, Zones: []string{"test"}, Images: []string{"test"},
 		MachineTypes: []config.MachineType{{Name: "small", CPUs: 1, MemoryMiB: 512}}, Block: block}
 	p, err := New(Options{Entry: entry})
 	if err != nil {

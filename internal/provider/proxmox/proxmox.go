@@ -20,7 +20,7 @@ import (
 
 // Options build a Provider.
 type Options struct {
-	// Entry is the configured entry; its Block is a *config.ProxmoxBlock.
+	// Entry is the configured entry; its Block is a *Block.
 	Entry *config.Entry
 	// Log receives the warning about disabled TLS verification; the zero
 	// value discards it. Calls log through the logger of their context.
@@ -32,7 +32,7 @@ type Options struct {
 // Provider runs proxies as Proxmox VE VMs.
 type Provider struct {
 	entry  *config.Entry
-	block  *config.ProxmoxBlock
+	block  *Block
 	api    *client
 	now    func() time.Time
 	lo, hi int
@@ -89,9 +89,9 @@ func New(o Options) (*Provider, error) {
 	if o.Entry == nil {
 		return nil, errors.New("proxmox provider: no entry")
 	}
-	b, ok := o.Entry.Block.(*config.ProxmoxBlock)
+	b, ok := o.Entry.Block.(*Block)
 	if !ok || b == nil {
-		return nil, fmt.Errorf("proxmox provider %q: block is %T, want *config.ProxmoxBlock", o.Entry.Name, o.Entry.Block)
+		return nil, fmt.Errorf("proxmox provider %q: block is %T, want *Block", o.Entry.Name, o.Entry.Block)
 	}
 	if b.InsecureSkipTLSVerify {
 		o.Log.Info("TLS verification of the Proxmox API is disabled (insecureSkipTLSVerify); give caFile instead", "provider", o.Entry.Name)

@@ -19,7 +19,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 )
@@ -319,9 +318,9 @@ func TestDuplicateRace(t *testing.T) {
 // unknown (F8); Get says Transient naming both causes, never NotFound, and
 // Check says Unreachable (595).
 func TestNodeUnreachable(t *testing.T) {
-	h := newHarness(t, func(b *config.ProxmoxBlock) {
-		b.Zones = map[string]config.ProxmoxZone{"zone-a": {Nodes: []string{"pve2"}}}
-		b.Images = map[string]config.ProxmoxImage{"debian": {TemplateVMID: 9100}}
+	h := newHarness(t, func(b *Block) {
+		b.Zones = map[string]Zone{"zone-a": {Nodes: []string{"pve2"}}}
+		b.Images = map[string]Image{"debian": {TemplateVMID: 9100}}
 	})
 	p := h.provider()
 	id := h.create(p, h.request("uid-node", "proxy-node000000000001"))
@@ -405,7 +404,7 @@ func total(c map[string]int64) int64 {
 // is cached until its uptime goes down (Part 4: four calls per Get).
 func TestAPIEconomy(t *testing.T) {
 	const proxies = 4
-	h := newHarness(t, func(b *config.ProxmoxBlock) { b.Budgets.PollInterval = durationPtr(50 * time.Millisecond) })
+	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(50 * time.Millisecond) })
 	p := h.provider()
 	ids := make([]provider.ID, proxies)
 	h.sim.ResetCounters()
@@ -511,8 +510,8 @@ func TestGetMapping(t *testing.T) {
 
 // TestTemplateWithCloudInitDriveIsRefused (F19): refused before any clone.
 func TestTemplateWithCloudInitDriveIsRefused(t *testing.T) {
-	h := newHarness(t, func(b *config.ProxmoxBlock) {
-		b.Images = map[string]config.ProxmoxImage{"debian": {TemplateVMID: 9001}}
+	h := newHarness(t, func(b *Block) {
+		b.Images = map[string]Image{"debian": {TemplateVMID: 9001}}
 	})
 	_, err := h.provider().Create(h.ctx, h.request("uid-ci", "proxy-ci00000000000001"))
 	if !provider.IsPermanent(err) || !strings.Contains(err.Error(), "cloud-init drive") {
@@ -529,7 +528,7 @@ func TestTemplateWithCloudInitDriveIsRefused(t *testing.T) {
 // TestResizeAndNetworkOverride: the boot disk is found past the CD-ROM that
 // ide2 appends (F19) and grown by a task (F20); net0 keeps its MAC.
 func TestResizeAndNetworkOverride(t *testing.T) {
-	h := newHarness(t, func(b *config.ProxmoxBlock) { b.Bridge = "vmbr1"; b.VLAN = 4 })
+	h := newHarness(t, func(b *Block) { b.Bridge = "vmbr1"; b.VLAN = 4 })
 	p := h.provider()
 	req := h.request("uid-resize", "proxy-resize0000000001")
 	req.MachineType = "big"
@@ -584,31 +583,31 @@ func TestCheckReasons(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name   string
-		mod    func(b *config.ProxmoxBlock)
+		mod    func(b *Block)
 		reason string
 		noCall bool
 	}{
 		{name: "healthy", reason: ReasonReachable},
-		{name: "token missing", mod: func(b *config.ProxmoxBlock) { b.TokenFile = filepath.Join(dir, "none") }, reason: ReasonCredentialsUnavailable, noCall: true},
-		{name: "token malformed", mod: func(b *config.ProxmoxBlock) {
+		{name: "token missing", mod: func(b *Block) { b.TokenFile = filepath.Join(dir, "none") }, reason: ReasonCredentialsUnavailable, noCall: true},
+		{name: "token malformed", mod: func(b *Block) {
 			b.TokenFile = filepath.Join(dir, "bad")
 			_ = os.WriteFile(b.TokenFile, []byte(sentinelSecret), 0o600)
 		}, reason: ReasonCredentialsUnavailable, noCall: true},
-		{name: "wrong secret", mod: func(b *config.ProxmoxBlock) {
+		{name: "wrong secret", mod: func(b *Block) {
 			b.TokenFile = filepath.Join(dir, "wrong")
 			_ = os.WriteFile(b.TokenFile, []byte("op@pve!t=nope"), 0o600)
 		}, reason: ReasonUnauthorized},
-		{name: "bad ca", mod: func(b *config.ProxmoxBlock) {
+		{name: "bad ca", mod: func(b *Block) {
 			b.CAFile = filepath.Join(dir, "ca-bad")
 			_ = os.WriteFile(b.CAFile, []byte("no certificate here"), 0o600)
 		}, reason: ReasonCertificateInvalid},
-		{name: "untrusted", mod: func(b *config.ProxmoxBlock) {
+		{name: "untrusted", mod: func(b *Block) {
 			b.CAFile = filepath.Join(dir, "ca-other")
 			_ = os.WriteFile(b.CAFile, otherCA(t), 0o600)
 		}, reason: ReasonCertificateInvalid},
-		{name: "storage missing", mod: func(b *config.ProxmoxBlock) { b.ISOStorage = "nope" }, reason: ReasonStorageNotFound},
-		{name: "template missing", mod: func(b *config.ProxmoxBlock) {
-			b.Images = map[string]config.ProxmoxImage{"debian": {TemplateVMID: 9999}}
+		{name: "storage missing", mod: func(b *Block) { b.ISOStorage = "nope" }, reason: ReasonStorageNotFound},
+		{name: "template missing", mod: func(b *Block) {
+			b.Images = map[string]Image{"debian": {TemplateVMID: 9999}}
 		}, reason: ReasonTemplateNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,9 +1,12 @@
 package fakeprovider
 
 import (
+	"errors"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
 // TypeName is the provider type tests register the fake under.
@@ -33,5 +36,20 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 
 // Registry returns a config.Registry with only the fake type.
 func Registry() config.Registry {
-	return config.Registry{TypeName: func() config.Block { return &Block{} }}
+	return provider.Types{TypeFor(nil)}.Registry()
+}
+
+// TypeFor returns the fake provider type whose every entry is served by f,
+// for tests that run the operator's setup with the fake registered.
+func TypeFor(f *Provider) provider.Type {
+	return provider.Type{
+		Name:     TypeName,
+		NewBlock: func() config.Block { return &Block{} },
+		New: func(*config.Entry, provider.Deps) (provider.Provider, error) {
+			if f == nil {
+				return nil, errors.New("the fake provider type was registered without a fake")
+			}
+			return f, nil
+		},
+	}
 }

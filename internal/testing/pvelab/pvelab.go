@@ -13,6 +13,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // The cluster's fixed names.
@@ -122,8 +123,7 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		l.Close()
 		return nil, err
 	}
-	if l.Config, err = config.Parse([]byte(l.providersYAML(o, token, ca)),
-		config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }}); err != nil {
+	if l.Config, err = config.Parse([]byte(l.providersYAML(o, token, ca)), setup.Types.Registry()); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("the lab's providers configuration: %w", err)
 	}

@@ -1,7 +1,8 @@
-package config
+package proxmox
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -9,30 +10,32 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 )
 
-// ProxmoxType is the provider type that runs each Proxy as a VM cloned from a
+// TypeName is the provider type that runs each Proxy as a VM cloned from a
 // template on a Proxmox VE cluster.
-const ProxmoxType = "proxmox"
+const TypeName = "proxmox"
 
 // Defaults of the proxmox block.
 const (
-	DefaultProxmoxVMIDMin      = 100000
-	DefaultProxmoxVMIDMax      = 199999
-	DefaultProxmoxPollInterval = 5 * time.Second
-	DefaultProxmoxCloneBudget  = 5 * time.Minute
-	DefaultProxmoxRunBudget    = 3 * time.Minute
+	DefaultVMIDMin      = 100000
+	DefaultVMIDMax      = 199999
+	DefaultPollInterval = 5 * time.Second
+	DefaultCloneBudget  = 5 * time.Minute
+	DefaultRunBudget    = 3 * time.Minute
 )
 
 // Bounds of the proxmox block.
 const (
-	proxmoxVMIDLowest  = 100
-	proxmoxVMIDHighest = 999999999
-	proxmoxVLANMax     = 4094
+	vmidLowest  = 100
+	vmidHighest = 999999999
+	vlanMax     = 4094
 )
 
-// ProxmoxBlock is the `proxmox:` block of an entry of type proxmox.
-type ProxmoxBlock struct {
+// Block is the `proxmox:` block of an entry of type proxmox.
+type Block struct {
 	// APIURL is the base URL of the API, such as https://pve.example:8006
 	// (without /api2/json). http is allowed only with InsecureSkipTLSVerify.
 	APIURL string `json:"apiURL"`
@@ -45,9 +48,9 @@ type ProxmoxBlock struct {
 	// logged at start). One of CAFile and InsecureSkipTLSVerify is required.
 	InsecureSkipTLSVerify bool `json:"insecureSkipTLSVerify,omitempty"`
 	// Zones maps every catalogue zone to the nodes that serve it.
-	Zones map[string]ProxmoxZone `json:"zones"`
+	Zones map[string]Zone `json:"zones"`
 	// Images maps every catalogue image to a template.
-	Images map[string]ProxmoxImage `json:"images"`
+	Images map[string]Image `json:"images"`
 	// ISOStorage is the storage the NoCloud seed ISOs are uploaded to.
 	ISOStorage string `json:"isoStorage"`
 	// TargetStorage is the storage of the cloned disks; empty keeps the
@@ -58,39 +61,39 @@ type ProxmoxBlock struct {
 	// VLAN sets a VLAN tag on net0 (1 to 4094); 0 keeps the template's.
 	VLAN int `json:"vlan,omitempty"`
 	// VMIDRange is where the provider allocates VMIDs.
-	VMIDRange *ProxmoxVMIDRange `json:"vmidRange,omitempty"`
+	VMIDRange *VMIDRange `json:"vmidRange,omitempty"`
 	// InstallGuestAgent adds a vendor-data that installs qemu-guest-agent;
 	// default true.
 	InstallGuestAgent *bool `json:"installGuestAgent,omitempty"`
 	// Budgets are the provider's poll interval and waiting budgets.
-	Budgets ProxmoxBudgets `json:"budgets,omitempty"`
+	Budgets Budgets `json:"budgets,omitempty"`
 	// AcceptLoopbackAddresses accepts a loopback address reported by the
 	// guest agent (the simulator's guests have one); off for real hosts.
 	AcceptLoopbackAddresses bool `json:"acceptLoopbackAddresses,omitempty"`
 }
 
-// ProxmoxZone lists the nodes of one zone.
-type ProxmoxZone struct {
+// Zone lists the nodes of one zone.
+type Zone struct {
 	// Nodes are Proxmox node names.
 	Nodes []string `json:"nodes"`
 }
 
-// ProxmoxImage names the template of one image.
-type ProxmoxImage struct {
+// Image names the template of one image.
+type Image struct {
 	// TemplateVMID is the VMID of the template to clone.
 	TemplateVMID int `json:"templateVMID"`
 }
 
-// ProxmoxVMIDRange is an inclusive VMID range.
-type ProxmoxVMIDRange struct {
+// VMIDRange is an inclusive VMID range.
+type VMIDRange struct {
 	// Min is the lowest VMID.
 	Min int `json:"min"`
 	// Max is the highest VMID.
 	Max int `json:"max"`
 }
 
-// ProxmoxBudgets are durations of the provider.
-type ProxmoxBudgets struct {
+// Budgets are durations of the provider.
+type Budgets struct {
 	// PollInterval is the age at most of the shared VM listing and the delay
 	// suggested while a task runs. Default 5s.
 	PollInterval *metav1.Duration `json:"pollInterval,omitempty"`
@@ -110,35 +113,35 @@ func durOr(d *metav1.Duration, def time.Duration) time.Duration {
 }
 
 // PollInterval returns the poll interval, defaulted.
-func (b *ProxmoxBlock) PollInterval() time.Duration {
-	return durOr(b.Budgets.PollInterval, DefaultProxmoxPollInterval)
+func (b *Block) PollInterval() time.Duration {
+	return durOr(b.Budgets.PollInterval, DefaultPollInterval)
 }
 
 // CloneBudget returns the clone budget, defaulted.
-func (b *ProxmoxBlock) CloneBudget() time.Duration {
-	return durOr(b.Budgets.Clone, DefaultProxmoxCloneBudget)
+func (b *Block) CloneBudget() time.Duration {
+	return durOr(b.Budgets.Clone, DefaultCloneBudget)
 }
 
 // RunningBudget returns the running budget, defaulted.
-func (b *ProxmoxBlock) RunningBudget() time.Duration {
-	return durOr(b.Budgets.Running, DefaultProxmoxRunBudget)
+func (b *Block) RunningBudget() time.Duration {
+	return durOr(b.Budgets.Running, DefaultRunBudget)
 }
 
 // VMIDs returns the VMID range, defaulted.
-func (b *ProxmoxBlock) VMIDs() (lo, hi int) {
+func (b *Block) VMIDs() (lo, hi int) {
 	if b.VMIDRange == nil {
-		return DefaultProxmoxVMIDMin, DefaultProxmoxVMIDMax
+		return DefaultVMIDMin, DefaultVMIDMax
 	}
 	return b.VMIDRange.Min, b.VMIDRange.Max
 }
 
 // GuestAgent reports whether the seed installs the guest agent.
-func (b *ProxmoxBlock) GuestAgent() bool {
+func (b *Block) GuestAgent() bool {
 	return b.InstallGuestAgent == nil || *b.InstallGuestAgent
 }
 
 // Nodes returns every configured node, sorted and without duplicates.
-func (b *ProxmoxBlock) Nodes() []string {
+func (b *Block) Nodes() []string {
 	var out []string
 	for _, z := range b.Zones {
 		for _, n := range z.Nodes {
@@ -152,7 +155,7 @@ func (b *ProxmoxBlock) Nodes() []string {
 }
 
 // Validate implements Block.
-func (b *ProxmoxBlock) Validate(path *field.Path, e *Entry) field.ErrorList {
+func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, b.validateAPI(path)...)
 	zp := path.Child("zones")
@@ -161,7 +164,7 @@ func (b *ProxmoxBlock) Validate(path *field.Path, e *Entry) field.ErrorList {
 			errs = append(errs, field.Required(zp.Key(z), "every catalogue zone needs its nodes: {nodes: [pve1]}"))
 		}
 	}
-	for _, z := range sortedKeys(b.Zones) {
+	for _, z := range slices.Sorted(maps.Keys(b.Zones)) {
 		p := zp.Key(z)
 		if !slices.Contains(e.Zones, z) {
 			errs = append(errs, field.NotSupported(p, z, e.Zones))
@@ -171,7 +174,7 @@ func (b *ProxmoxBlock) Validate(path *field.Path, e *Entry) field.ErrorList {
 		}
 		seen := map[string]bool{}
 		for i, n := range b.Zones[z].Nodes {
-			errs = append(errs, validateName(p.Child("nodes").Index(i), n)...)
+			errs = append(errs, config.ValidateName(p.Child("nodes").Index(i), n)...)
 			if seen[n] {
 				errs = append(errs, field.Duplicate(p.Child("nodes").Index(i), n))
 			}
@@ -184,41 +187,41 @@ func (b *ProxmoxBlock) Validate(path *field.Path, e *Entry) field.ErrorList {
 			errs = append(errs, field.Required(ip.Key(im), "every catalogue image needs a template: {templateVMID: 9000}"))
 		}
 	}
-	for _, im := range sortedKeys(b.Images) {
+	for _, im := range slices.Sorted(maps.Keys(b.Images)) {
 		p := ip.Key(im)
 		if !slices.Contains(e.Images, im) {
 			errs = append(errs, field.NotSupported(p, im, e.Images))
 		}
-		if v := b.Images[im].TemplateVMID; v < proxmoxVMIDLowest || v > proxmoxVMIDHighest {
-			errs = append(errs, field.Invalid(p.Child("templateVMID"), v, fmt.Sprintf("must be between %d and %d", proxmoxVMIDLowest, proxmoxVMIDHighest)))
+		if v := b.Images[im].TemplateVMID; v < vmidLowest || v > vmidHighest {
+			errs = append(errs, field.Invalid(p.Child("templateVMID"), v, fmt.Sprintf("must be between %d and %d", vmidLowest, vmidHighest)))
 		}
 	}
 	if b.ISOStorage == "" {
 		errs = append(errs, field.Required(path.Child("isoStorage"), "a storage with ISO content for the seed images, ideally dedicated to them"))
 	} else {
-		errs = append(errs, validateName(path.Child("isoStorage"), b.ISOStorage)...)
+		errs = append(errs, config.ValidateName(path.Child("isoStorage"), b.ISOStorage)...)
 	}
 	if b.TargetStorage != "" {
-		errs = append(errs, validateName(path.Child("targetStorage"), b.TargetStorage)...)
+		errs = append(errs, config.ValidateName(path.Child("targetStorage"), b.TargetStorage)...)
 	}
 	if b.Bridge != "" && strings.ContainsAny(b.Bridge, ",= \t") {
 		errs = append(errs, field.Invalid(path.Child("bridge"), b.Bridge, "a bridge name such as vmbr0 (a VLAN goes in vlan, not vmbr0.4)"))
 	}
-	if b.VLAN != 0 && (b.VLAN < 1 || b.VLAN > proxmoxVLANMax) {
-		errs = append(errs, field.Invalid(path.Child("vlan"), b.VLAN, fmt.Sprintf("must be between 1 and %d", proxmoxVLANMax)))
+	if b.VLAN != 0 && (b.VLAN < 1 || b.VLAN > vlanMax) {
+		errs = append(errs, field.Invalid(path.Child("vlan"), b.VLAN, fmt.Sprintf("must be between 1 and %d", vlanMax)))
 	}
 	if r := b.VMIDRange; r != nil {
 		rp := path.Child("vmidRange")
-		if r.Min < proxmoxVMIDLowest || r.Min > proxmoxVMIDHighest {
-			errs = append(errs, field.Invalid(rp.Child("min"), r.Min, fmt.Sprintf("must be between %d and %d", proxmoxVMIDLowest, proxmoxVMIDHighest)))
+		if r.Min < vmidLowest || r.Min > vmidHighest {
+			errs = append(errs, field.Invalid(rp.Child("min"), r.Min, fmt.Sprintf("must be between %d and %d", vmidLowest, vmidHighest)))
 		}
-		if r.Max < proxmoxVMIDLowest || r.Max > proxmoxVMIDHighest {
-			errs = append(errs, field.Invalid(rp.Child("max"), r.Max, fmt.Sprintf("must be between %d and %d", proxmoxVMIDLowest, proxmoxVMIDHighest)))
+		if r.Max < vmidLowest || r.Max > vmidHighest {
+			errs = append(errs, field.Invalid(rp.Child("max"), r.Max, fmt.Sprintf("must be between %d and %d", vmidLowest, vmidHighest)))
 		}
 		if r.Min >= r.Max {
 			errs = append(errs, field.Invalid(rp, fmt.Sprintf("%d-%d", r.Min, r.Max), "min must be lower than max"))
 		}
-		for _, im := range sortedKeys(b.Images) {
+		for _, im := range slices.Sorted(maps.Keys(b.Images)) {
 			if v := b.Images[im].TemplateVMID; v >= r.Min && v <= r.Max {
 				errs = append(errs, field.Invalid(ip.Key(im).Child("templateVMID"), v, "must lie outside vmidRange"))
 			}
@@ -233,7 +236,7 @@ func (b *ProxmoxBlock) Validate(path *field.Path, e *Entry) field.ErrorList {
 	return errs
 }
 
-func (b *ProxmoxBlock) validateAPI(path *field.Path) field.ErrorList {
+func (b *Block) validateAPI(path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	up := path.Child("apiURL")
 	if b.APIURL == "" {
@@ -266,7 +269,7 @@ func (b *ProxmoxBlock) validateAPI(path *field.Path) field.ErrorList {
 }
 
 // String summarises the block for --check-config.
-func (b *ProxmoxBlock) String() string {
+func (b *Block) String() string {
 	lo, hi := b.VMIDs()
 	return fmt.Sprintf("api %s, nodes %s, seeds on %s, vmids %d-%d", b.APIURL, strings.Join(b.Nodes(), ","), b.ISOStorage, lo, hi)
 }

@@ -1,4 +1,4 @@
-package config_test
+package kubernetes_test
 
 import (
 	"strings"
@@ -7,10 +7,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 )
 
 func kubernetesRegistry() config.Registry {
-	return config.Registry{config.KubernetesType: func() config.Block { return &config.KubernetesBlock{} }}
+	return provider.Types{kubernetes.Type}.Registry()
 }
 
 const kubernetesEntry = `
@@ -85,7 +87,7 @@ func TestKubernetesBlockDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, ok := cfg.Providers[0].Block.(*config.KubernetesBlock)
+	b, ok := cfg.Providers[0].Block.(*kubernetes.Block)
 	if !ok {
 		t.Fatalf("block is %T", cfg.Providers[0].Block)
 	}

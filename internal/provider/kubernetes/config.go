@@ -1,4 +1,4 @@
-package config
+package kubernetes
 
 import (
 	"fmt"
@@ -10,18 +10,20 @@ import (
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 )
 
-// KubernetesType is the provider type that runs each Proxy as a pod in the
+// TypeName is the provider type that runs each Proxy as a pod in the
 // operator's own cluster.
-const KubernetesType = "kubernetes"
+const TypeName = "kubernetes"
 
 // DefaultZoneLabel is the node label a zone name is matched against when the
 // block gives no node selector for it.
 const DefaultZoneLabel = "topology.kubernetes.io/zone"
 
-// KubernetesBlock is the `kubernetes:` block of an entry of type kubernetes.
-type KubernetesBlock struct {
+// Block is the `kubernetes:` block of an entry of type kubernetes.
+type Block struct {
 	// Namespace is where the proxy pods run. Required.
 	Namespace string `json:"namespace"`
 	// Image is the container image of the proxy pods. Empty means the
@@ -32,7 +34,7 @@ type KubernetesBlock struct {
 	Images map[string]string `json:"images,omitempty"`
 	// Zones maps each catalogue zone to the nodes that serve it. A zone not
 	// listed here selects nodes labelled topology.kubernetes.io/zone=<zone>.
-	Zones map[string]KubernetesZone `json:"zones,omitempty"`
+	Zones map[string]Zone `json:"zones,omitempty"`
 	// Resources overrides, per machine type, the pod's resources. A machine
 	// type not listed here requests and is limited to its catalogue CPUs and
 	// memory.
@@ -50,14 +52,14 @@ type KubernetesBlock struct {
 	ImagePullSecrets []string `json:"imagePullSecrets,omitempty"`
 }
 
-// KubernetesZone says which nodes serve a zone.
-type KubernetesZone struct {
+// Zone says which nodes serve a zone.
+type Zone struct {
 	// NodeSelector are the node labels of the zone.
 	NodeSelector map[string]string `json:"nodeSelector"`
 }
 
 // NodeSelector returns the node selector of a zone.
-func (b *KubernetesBlock) NodeSelector(zone string) map[string]string {
+func (b *Block) NodeSelector(zone string) map[string]string {
 	if z, ok := b.Zones[zone]; ok {
 		return z.NodeSelector
 	}
@@ -66,7 +68,7 @@ func (b *KubernetesBlock) NodeSelector(zone string) map[string]string {
 
 // ImageFor returns the container image for a catalogue image, or "" when the
 // operator's own image is meant.
-func (b *KubernetesBlock) ImageFor(image string) string {
+func (b *Block) ImageFor(image string) string {
 	if img, ok := b.Images[image]; ok {
 		return img
 	}
@@ -74,7 +76,7 @@ func (b *KubernetesBlock) ImageFor(image string) string {
 }
 
 // ResourcesFor returns the pod resources of a machine type.
-func (b *KubernetesBlock) ResourcesFor(mt MachineType) corev1.ResourceRequirements {
+func (b *Block) ResourcesFor(mt config.MachineType) corev1.ResourceRequirements {
 	if r, ok := b.Resources[mt.Name]; ok {
 		return r
 	}
@@ -86,7 +88,7 @@ func (b *KubernetesBlock) ResourcesFor(mt MachineType) corev1.ResourceRequiremen
 }
 
 // Validate implements Block.
-func (b *KubernetesBlock) Validate(path *field.Path, e *Entry) field.ErrorList {
+func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 	var errs field.ErrorList
 	if b.Namespace == "" {
 		errs = append(errs, field.Required(path.Child("namespace"), "the namespace the proxy pods run in"))
@@ -146,6 +148,6 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // String summarises the block for --check-config.
-func (b *KubernetesBlock) String() string {
+func (b *Block) String() string {
 	return fmt.Sprintf("namespace %s, hostNetwork %t", b.Namespace, b.HostNetwork)
 }

@@ -1,4 +1,4 @@
-package config_test
+package proxmox_test
 
 import (
 	"strings"
@@ -6,10 +6,12 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
 func proxmoxRegistry() config.Registry {
-	return config.Registry{config.ProxmoxType: func() config.Block { return &config.ProxmoxBlock{} }}
+	return provider.Types{proxmox.Type}.Registry()
 }
 
 const proxmoxEntry = `
@@ -102,7 +104,7 @@ func TestProxmoxBlockDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, ok := cfg.Providers[0].Block.(*config.ProxmoxBlock)
+	b, ok := cfg.Providers[0].Block.(*proxmox.Block)
 	if !ok {
 		t.Fatalf("block is %T", cfg.Providers[0].Block)
 	}

@@ -1,0 +1,10 @@
+// Package setup builds the operator: the manager with its scheme and caches,
+// one provider per configured entry (through the registered provider types),
+// the instrumentation around each provider and the controllers. The binary,
+// the simulated labs, the demo, the benchmark and the envtest suites all run
+// the operator through New, so that tests exercise the wiring production runs.
+//
+// types.go holds the list of provider types this build supports, one line per
+// type; it is the only place outside a provider's own package that a new
+// provider type touches (docs/providers.md walks through the steps).
+package setup
