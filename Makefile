@@ -52,12 +52,16 @@ envtest: ## Build (once, cached) the kube-apiserver and etcd that envtest runs.
 	@hack/envtest/setup.sh >/dev/null
 
 .PHONY: test
-test: verify-generated vet ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
+test: verify-generated vet libvirt-world ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
 	@assets=$$(hack/envtest/setup.sh) && \
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
 	cd internal/pvesim/clientcheck && $(GO) test -race -count=1 ./...
 	$(MAKE) lint
+
+.PHONY: libvirt-world
+libvirt-world: ## Install (when missing) the Debian packages of the libvirt test world.
+	@hack/libvirt/install-packages.sh
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases skip).

@@ -1,0 +1,133 @@
+package libvirtlab
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// daemon is one foreground daemon process the lab owns.
+type daemon struct {
+	name    string
+	argv    []string
+	logPath string
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+}
+
+func (d *daemon) start() error {
+	if d.running() {
+		return nil
+	}
+	log, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(d.argv[0], d.argv[1:]...)
+	cmd.Stdout, cmd.Stderr = log, log
+	// Its own process group, so that a terminal's ^C reaches the test, which
+	// then tears the lab down in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return fmt.Errorf("starting %s: %w", d.name, err)
+	}
+	done := make(chan struct{})
+	// Ends when the process exits; stop makes sure it does.
+	go func() {
+		_ = cmd.Wait()
+		_ = log.Close()
+		close(done)
+	}()
+	d.cmd, d.done = cmd, done
+	return nil
+}
+
+func (d *daemon) running() bool {
+	if d.done == nil {
+		return false
+	}
+	select {
+	case <-d.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// stop sends SIGTERM, and SIGKILL after ten seconds. With children, it
+// first kills the processes the daemon forked (sshd's per-connection
+// processes, which put themselves in sessions of their own), so that open
+// connections end too.
+func (d *daemon) stop(t testing.TB, children bool) {
+	if !d.running() {
+		return
+	}
+	pid := d.cmd.Process.Pid
+	if children {
+		for _, c := range descendants(pid) {
+			_ = syscall.Kill(c, syscall.SIGKILL)
+		}
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	select {
+	case <-d.done:
+	case <-timer.C:
+		t.Logf("libvirtlab: %s did not stop on SIGTERM; killing it", d.name)
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	}
+}
+
+// descendants lists the processes below pid, read from /proc.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name is in parentheses and may hold spaces; the
+		// parent's pid is the second field after it.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		if pp, err := strconv.Atoi(f[1]); err == nil {
+			parent[p] = pp
+		}
+	}
+	var out []int
+	var walk func(int)
+	walk = func(p int) {
+		for c, pp := range parent {
+			if pp == p {
+				out = append(out, c)
+				walk(c)
+			}
+		}
+	}
+	walk(pid)
+	return out
+}

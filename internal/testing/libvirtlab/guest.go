@@ -1,0 +1,167 @@
+package libvirtlab
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// GuestImageVolume is the name the guest image has in the lab's pool.
+const GuestImageVolume = "debian12-egress-guest.qcow2"
+
+// BuildGuestImage builds the real guest image, or finds it in the cache,
+// and returns its directory (disk.qcow2, vmlinuz, initrd.img, cmdline). It
+// runs hack/libvirt/build-guest-image.sh of the repository the test runs in.
+func BuildGuestImage(ctx context.Context) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "libvirt", "build-guest-image.sh"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("building the guest image: %w: %s", err, lastLines(stderr.String(), 30))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func (l *Lab) importGuestImage() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	start := time.Now()
+	dir, err := BuildGuestImage(ctx)
+	if err != nil {
+		return err
+	}
+	l.t.Logf("libvirtlab: guest image %s ready in %s", dir, time.Since(start).Round(time.Millisecond))
+	cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	if err != nil {
+		return err
+	}
+	// A copy, not a link: a domain's writes (or a full-copy clone) must never
+	// reach the cache.
+	if err := copyFile(filepath.Join(dir, "disk.qcow2"), filepath.Join(l.PoolPath, GuestImageVolume)); err != nil {
+		return fmt.Errorf("importing the guest image: %w", err)
+	}
+	if _, err := l.Virsh("pool-refresh", l.Pool); err != nil {
+		return err
+	}
+	l.GuestImageDir = dir
+	l.BaseImageVolume = GuestImageVolume
+	l.Kernel = filepath.Join(dir, "vmlinuz")
+	l.Initrd = filepath.Join(dir, "initrd.img")
+	l.KernelCmdline = strings.TrimSpace(string(cmdline))
+	return nil
+}
+
+// SerialLog returns what the domain wrote to its serial console (the file
+// of a <serial type='file'> or the <log file> of a serial or console
+// device), then the tail of libvirt's qemu log for it: for failure output.
+func (l *Lab) SerialLog(domain string) string {
+	var b strings.Builder
+	var paths []string
+	if x, err := l.Virsh("dumpxml", domain); err == nil {
+		paths = serialPaths(x)
+	} else {
+		fmt.Fprintf(&b, "(dumpxml: %v)\n", err)
+	}
+	if len(paths) == 0 {
+		paths = []string{filepath.Join(l.SerialDir, domain+".log")}
+	}
+	for _, p := range paths {
+		fmt.Fprintf(&b, "--- serial console %s\n%s\n", p, tail(p, 200))
+	}
+	q := filepath.Join("/var/log/libvirt/qemu", domain+".log")
+	fmt.Fprintf(&b, "--- %s\n%s\n", q, tail(q, 30))
+	return b.String()
+}
+
+// serialPaths finds the files a domain's serial and console devices write.
+func serialPaths(domainXML string) []string {
+	type dev struct {
+		Type   string `xml:"type,attr"`
+		Source struct {
+			Path string `xml:"path,attr"`
+		} `xml:"source"`
+		Log struct {
+			File string `xml:"file,attr"`
+		} `xml:"log"`
+	}
+	var d struct {
+		Serials  []dev `xml:"devices>serial"`
+		Consoles []dev `xml:"devices>console"`
+	}
+	if err := xml.Unmarshal([]byte(domainXML), &d); err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range append(d.Serials, d.Consoles...) {
+		candidates := []string{s.Log.File}
+		if s.Type == "file" {
+			candidates = append(candidates, s.Source.Path)
+		}
+		for _, p := range candidates {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// repoRoot is the directory holding go.mod, above the working directory
+// (a package's directory under `go test`).
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(filepath.Join(dir, "hack", "libvirt")); err == nil {
+				return dir, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("hack/libvirt not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = in.Close() }()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,79 @@
+package libvirtlab
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+)
+
+// nsEnv marks a test process that Main has already moved into the lab's
+// namespaces.
+const nsEnv = "EGRESS_LIBVIRTLAB_NAMESPACE"
+
+// Main runs the package's tests inside a new network namespace and a
+// private mount namespace; call it from TestMain:
+//
+//	func TestMain(m *testing.M) { libvirtlab.Main(m) }
+//
+// It replaces the test process by `unshare --net --mount --propagation
+// private` running the same test binary with the same arguments (the process
+// id stays the same, so `go test` timeouts and signals reach the tests), then
+// brings loopback up and runs the tests. In -short mode it runs the tests
+// where they are, and Start skips.
+//
+// It exits the process with a message when the machine cannot run the lab
+// (not root, no unshare): the lab's tests fail, they never pass by skipping.
+func Main(m *testing.M) {
+	flag.Parse()
+	if os.Getenv(nsEnv) == "1" {
+		if err := run("ip", "link", "set", "lo", "up"); err != nil {
+			fmt.Fprintf(os.Stderr, "libvirtlab: bringing loopback up in the lab's network namespace: %v\n", err)
+			os.Exit(1)
+		}
+		os.Exit(m.Run())
+	}
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
+	if err := enterNamespaces(); err != nil {
+		fmt.Fprintf(os.Stderr, "libvirtlab: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// enterNamespaces replaces the process by the test binary run under unshare;
+// it returns only on failure.
+func enterNamespaces() error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("the libvirt lab needs root (network and mount namespaces, bridges, a system libvirtd); run the tests as root")
+	}
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		return fmt.Errorf("the libvirt lab needs unshare (util-linux): %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the test binary: %w", err)
+	}
+	args := append([]string{"unshare", "--net", "--mount", "--propagation", "private", "--", self}, os.Args[1:]...)
+	env := append(os.Environ(), nsEnv+"=1")
+	if err := syscall.Exec(unshare, args, env); err != nil {
+		return fmt.Errorf("re-executing the tests under unshare: %w", err)
+	}
+	return nil
+}
+
+// InNamespace reports whether Main has moved this process into the lab's
+// namespaces.
+func InNamespace() bool { return os.Getenv(nsEnv) == "1" }
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %v: %w: %s", name, args, err, out)
+	}
+	return nil
+}
