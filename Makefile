@@ -60,8 +60,9 @@ test: verify-generated vet libvirt-world ## Everything CI runs: generated files 
 	$(MAKE) lint
 
 .PHONY: libvirt-world
-libvirt-world: ## Install (when missing) the Debian packages of the libvirt test world.
+libvirt-world: ## Install the libvirt test world's Debian packages (when missing) and build (once, cached) the real guest image.
 	@hack/libvirt/install-packages.sh
+	@hack/libvirt/build-guest-image.sh >/dev/null
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases skip).

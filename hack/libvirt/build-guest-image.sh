@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Builds (once, cached) the real guest image the libvirt test world boots:
+# Debian 12 minbase with systemd, cloud-init, tinyproxy, qemu-guest-agent and
+# the cloud kernel, as a qcow2 made without loop mounts, plus the kernel and
+# initrd beside it for direct kernel boot. Prints the image's directory.
+#
+# Packages come from the machine's own apt sources (the files under /etc/apt
+# that name the Debian archive); no mirror host is written here.
+#
+# The cache key is the hash of this script: every input of the recipe is in
+# it, so editing the recipe builds a new image and nothing else does.
+#
+# Output directory (${XDG_CACHE_HOME:-~/.cache}/egress-proxies-operator/guest-image/<hash>):
+#   disk.qcow2   the root file system (ext4 on the whole disk, no partition table)
+#   vmlinuz      the kernel, initrd.img its initramfs
+#   cmdline      the kernel command line the image expects
+#   packages.txt the installed packages and versions, for the record
+set -euo pipefail
+
+script=$(readlink -f "$0")
+recipe_hash=$(sha256sum "$script" | cut -c1-16)
+cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies-operator/guest-image"
+out="$cache_root/$recipe_hash"
+
+if [ -f "$out/done" ]; then
+  echo "$out"
+  exit 0
+fi
+
+mkdir -p "$cache_root"
+exec 9>"$cache_root/.lock"
+flock 9 # another build of the same or another recipe: wait for it
+if [ -f "$out/done" ]; then
+  echo "$out"
+  exit 0
+fi
+
+if [ "$(id -u)" != 0 ]; then
+  echo "build-guest-image.sh: needs root (mmdebstrap in root mode keeps file ownership for mkfs.ext4 -d)" >&2
+  exit 1
+fi
+for tool in mmdebstrap mkfs.ext4 qemu-img; do
+  command -v "$tool" >/dev/null || {
+    echo "build-guest-image.sh: $tool is missing; run hack/libvirt/install-packages.sh" >&2
+    exit 1
+  }
+done
+
+# The machine's Debian sources: active .list/.sources files that name the
+# Debian archive (third-party repositories are left out: their keys are not in
+# the guest, and the guest needs nothing from them).
+sources=()
+for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+  [ -f "$f" ] || continue
+  if grep -Eq '^[^#]*(debian-archive-keyring|/debian(-security)?/?([[:space:]]|$))' "$f"; then
+    sources+=("$f")
+  fi
+done
+if [ "${#sources[@]}" -eq 0 ]; then
+  echo "build-guest-image.sh: no Debian apt source found under /etc/apt" >&2
+  exit 1
+fi
+
+work=$(mktemp -d "$cache_root/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+root="$work/root"
+
+packages=(
+  systemd-sysv udev dbus # init, device events (the guest agent's port), hostnamectl
+  linux-image-cloud-amd64 # virtio drivers, booted directly by libvirt
+  cloud-init netbase iproute2
+  tinyproxy
+  qemu-guest-agent
+)
+
+# Networking is part of the image, not of the seed: systemd-networkd asks for
+# DHCP on every en* interface (the NIC's name depends on its PCI slot), with
+# the MAC as the client id so that libvirt's lease file names the guest by
+# its MAC, and cloud-init's own network rendering is switched off (the seeds
+# the operator writes carry no network-config).
+read -r -d '' customize <<'HOOK' || true
+set -eu
+root="$1"
+cat >"$root/etc/systemd/network/80-dhcp.network" <<'UNIT'
+[Match]
+Name=en*
+
+[Network]
+DHCP=ipv4
+LinkLocalAddressing=no
+
+[DHCPv4]
+ClientIdentifier=mac
+UNIT
+# NoCloud only (no probing of cloud metadata services); C.UTF-8 because
+# minbase has no locales package to generate en_US.UTF-8; no SSH host keys
+# because the image has no sshd.
+cat >"$root/etc/cloud/cloud.cfg.d/90-egress-lab.cfg" <<'CFG'
+datasource_list: [ NoCloud, None ]
+network:
+  config: disabled
+locale: C.UTF-8
+ssh_genkeytypes: []
+CFG
+# tinyproxy serves only once cloud-init has written its configuration (the
+# rendered user-data enables and restarts it), never with the package's.
+chroot "$root" systemctl disable tinyproxy.service
+echo '/dev/vda / ext4 rw,errors=remount-ro 0 1' >"$root/etc/fstab"
+chroot "$root" systemctl enable systemd-networkd.service
+# One machine-id per guest, made at first boot (DHCP, journald).
+: >"$root/etc/machine-id"
+rm -f "$root/var/lib/dbus/machine-id"
+echo guest >"$root/etc/hostname"
+HOOK
+
+echo "building the guest image (about 3 minutes) into $out" >&2
+mmdebstrap --variant=minbase --mode=root --format=directory \
+  --include="$(IFS=,; echo "${packages[*]}")" \
+  --customize-hook="$customize" \
+  --skip=cleanup/apt/lists \
+  bookworm "$root" "${sources[@]}" >&2
+
+mkdir -p "$work/out"
+cp "$(ls "$root"/boot/vmlinuz-* | sort -V | tail -n1)" "$work/out/vmlinuz"
+cp "$(ls "$root"/boot/initrd.img-* | sort -V | tail -n1)" "$work/out/initrd.img"
+chmod 0644 "$work/out/vmlinuz" "$work/out/initrd.img"
+echo "root=/dev/vda rw console=ttyS0" >"$work/out/cmdline"
+chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' >"$work/out/packages.txt"
+
+# 2 GiB of which about 600 MB are used; the qcow2 stores only what is used.
+mkfs.ext4 -q -L guestroot -d "$root" "$work/root.ext4" 2G
+qemu-img convert -q -O qcow2 "$work/root.ext4" "$work/out/disk.qcow2"
+rm -rf "$root" "$work/root.ext4"
+touch "$work/out/done"
+rm -rf "$out"
+mv "$work/out" "$out"
+echo "$out"
