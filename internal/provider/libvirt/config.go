@@ -147,7 +147,9 @@ func durOr(d *metav1.Duration, def time.Duration) time.Duration {
 }
 
 // PollInterval returns the poll interval, defaulted.
-func (b *Block) PollInterval() time.Duration { return durOr(b.Budgets.PollInterval, DefaultPollInterval) }
+func (b *Block) PollInterval() time.Duration {
+	return durOr(b.Budgets.PollInterval, DefaultPollInterval)
+}
 
 // RunningBudget returns the running budget, defaulted.
 func (b *Block) RunningBudget() time.Duration { return durOr(b.Budgets.Running, DefaultRunningBudget) }
