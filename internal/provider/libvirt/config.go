@@ -36,6 +36,7 @@ const (
 	DefaultRunningBudget  = 3 * time.Minute
 	DefaultDialTimeout    = 10 * time.Second
 	DefaultKeepalive      = 15 * time.Second
+	DefaultShutdown       = 20 * time.Second
 	DefaultDomainType     = "kvm"
 	AddressSourceLease    = "lease"
 	AddressSourceAgent    = "agent"
@@ -137,6 +138,10 @@ type Budgets struct {
 	// Keepalive is the interval of SSH keepalives; a connection that misses
 	// one is closed and redialled. Default 15s.
 	Keepalive *metav1.Duration `json:"keepalive,omitempty"`
+	// Shutdown is how long Delete waits for a guest to shut down after an
+	// ACPI power-off (so that it releases its DHCP lease) before it
+	// destroys the domain. Default 20s.
+	Shutdown *metav1.Duration `json:"shutdown,omitempty"`
 }
 
 func durOr(d *metav1.Duration, def time.Duration) time.Duration {
@@ -161,6 +166,9 @@ func (b *Block) DialTimeout() time.Duration { return durOr(b.Budgets.Dial, Defau
 func (b *Block) KeepaliveInterval() time.Duration {
 	return durOr(b.Budgets.Keepalive, DefaultKeepalive)
 }
+
+// ShutdownBudget returns the graceful shutdown budget, defaulted.
+func (b *Block) ShutdownBudget() time.Duration { return durOr(b.Budgets.Shutdown, DefaultShutdown) }
 
 // GuestAgent reports whether the seed installs the guest agent.
 func (b *Block) GuestAgent() bool { return b.InstallGuestAgent == nil || *b.InstallGuestAgent }
@@ -333,7 +341,7 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 	}
 	bp := p.Child("budgets")
 	for name, d := range map[string]*metav1.Duration{
-		"pollInterval": b.Budgets.PollInterval, "running": b.Budgets.Running, "dial": b.Budgets.Dial, "keepalive": b.Budgets.Keepalive,
+		"pollInterval": b.Budgets.PollInterval, "running": b.Budgets.Running, "dial": b.Budgets.Dial, "keepalive": b.Budgets.Keepalive, "shutdown": b.Budgets.Shutdown,
 	} {
 		if d != nil && d.Duration < 0 {
 			errs = append(errs, field.Invalid(bp.Child(name), d.Duration.String(), "must not be negative"))

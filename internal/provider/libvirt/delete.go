@@ -60,6 +60,29 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 // deleted, so a disk an administrator attached stays.
 func (p *Provider) removeStep(ctx context.Context, h Host, d domainInfo, f domainFacts) (bool, error) {
 	name := d.Name
+	if d.State == stateRunning || d.State == stateBlocked || d.State == stateShutdown {
+		// A guest that powers off cleanly releases its DHCP lease; one that
+		// does not within the budget is destroyed.
+		key := "shutdown/" + h.Name + "/" + name
+		p.mu.Lock()
+		since, asked := p.shutdowns[key]
+		if !asked {
+			p.shutdowns[key] = p.now()
+		}
+		p.mu.Unlock()
+		if !asked && p.block.ShutdownBudget() > 0 {
+			err := p.drv.shutdownDomain(ctx, h, name)
+			if err != nil && !errors.Is(err, errNoDomain) && !isNotRunning(err) {
+				return false, classify(fmt.Sprintf("shutting down domain %s on host %s", name, h.Name), err)
+			}
+			p.invalidate(h.Name)
+			return false, nil
+		}
+		if asked && p.now().Sub(since) < p.block.ShutdownBudget() {
+			p.invalidate(h.Name)
+			return false, nil
+		}
+	}
 	if d.State.active() {
 		err := p.drv.destroyDomain(ctx, h, name)
 		if err != nil && !errors.Is(err, errNoDomain) && !isNotRunning(err) {
@@ -89,6 +112,7 @@ func (p *Provider) removeStep(ctx context.Context, h Host, d domainInfo, f domai
 	p.forget(h.Name, name)
 	p.mu.Lock()
 	delete(p.started, "seeded/"+name)
+	delete(p.shutdowns, "shutdown/"+h.Name+"/"+name)
 	p.mu.Unlock()
 	p.invalidate(h.Name)
 	return true, nil

@@ -81,6 +81,8 @@ type driver interface {
 	defineDomain(ctx context.Context, h Host, xml string) error
 	// startDomain starts a defined domain.
 	startDomain(ctx context.Context, h Host, name string) error
+	// shutdownDomain asks the guest to power off (ACPI).
+	shutdownDomain(ctx context.Context, h Host, name string) error
 	// destroyDomain stops a domain at once.
 	destroyDomain(ctx context.Context, h Host, name string) error
 	// undefineDomain removes a domain's definition with its NVRAM, managed

@@ -5,32 +5,21 @@ import (
 	"errors"
 	"fmt"
 
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Reasons of the verdicts of a libvirt host. They are written into the
-// entry's ProviderHealth (api/v1alpha1 documents them for users).
+// Reasons of the verdicts of a libvirt host, as api/v1alpha1 documents
+// them for users of ProviderHealth.
 const (
-	// ReasonOK: the host answers over SSH, libvirt runs, and the pool, the
-	// network and every image volume exist.
-	ReasonOK = "OK"
-	// ReasonUnreachable: no TCP connection or SSH handshake to the host.
-	ReasonUnreachable = "Unreachable"
-	// ReasonHostKeyMismatch: the host's SSH key is not the one in the
-	// known_hosts file (or the host is not in it); nothing was sent.
-	ReasonHostKeyMismatch = "HostKeyMismatch"
-	// ReasonAuthenticationFailed: the host refused the private key, or the
-	// key file cannot be read.
-	ReasonAuthenticationFailed = "AuthenticationFailed"
-	// ReasonLibvirtUnavailable: SSH works but libvirt does not answer on
-	// its socket (or virsh fails).
-	ReasonLibvirtUnavailable = "LibvirtUnavailable"
-	// ReasonPoolNotFound: the storage pool is missing or inactive.
-	ReasonPoolNotFound = "PoolNotFound"
-	// ReasonNetworkNotFound: the libvirt network is missing or inactive.
-	ReasonNetworkNotFound = "NetworkNotFound"
-	// ReasonImageNotFound: an image's base volume is not in the pool.
-	ReasonImageNotFound = "ImageNotFound"
+	ReasonOK                   = crawlv1alpha1.ReasonHostOK
+	ReasonUnreachable          = crawlv1alpha1.ReasonHostUnreachable
+	ReasonHostKeyMismatch      = crawlv1alpha1.ReasonHostKeyMismatch
+	ReasonAuthenticationFailed = crawlv1alpha1.ReasonHostAuthenticationFailed
+	ReasonLibvirtUnavailable   = crawlv1alpha1.ReasonHostLibvirtUnavailable
+	ReasonPoolNotFound         = crawlv1alpha1.ReasonHostPoolNotFound
+	ReasonNetworkNotFound      = crawlv1alpha1.ReasonHostNetworkNotFound
+	ReasonImageNotFound        = crawlv1alpha1.ReasonHostImageNotFound
 )
 
 // HostError is a failure to reach a host or its libvirt, with the verdict

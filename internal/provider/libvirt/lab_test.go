@@ -66,6 +66,8 @@ func labEntry(t *testing.T, l *libvirtlab.Lab, typ string) *config.Entry {
 				PollInterval: &metav1.Duration{Duration: 50 * time.Millisecond},
 				Dial:         &metav1.Duration{Duration: 3 * time.Second},
 				Keepalive:    &metav1.Duration{Duration: time.Second},
+				// No OS answers the ACPI power-off: do not wait for it.
+				Shutdown: &metav1.Duration{Duration: time.Nanosecond},
 			},
 		},
 	}

@@ -48,6 +48,8 @@ type Provider struct {
 	leases  map[string]leaseEntry // by host: the network's leases
 	started map[string]bool       // by name: started by this process
 	pools   map[string]poolFacts  // by host: the pool's definition
+
+	shutdowns map[string]time.Time // by shutdown/host/name: when Delete asked the guest to power off
 }
 
 type factsEntry struct {
@@ -119,7 +121,7 @@ func New(o Options) (*Provider, error) {
 		entry: o.Entry, block: b, drv: drv, now: now,
 		caches: map[string]*hostCache{},
 		facts:  map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
-		started: map[string]bool{}, pools: map[string]poolFacts{},
+		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{},
 	}, nil
 }
 

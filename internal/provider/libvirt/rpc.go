@@ -245,6 +245,14 @@ func (d *rpcDriver) startDomain(ctx context.Context, h Host, name string) error 
 	return d.domainOp(ctx, h, "starting", name, func(l *lv.Libvirt, dom lv.Domain) error { return l.DomainCreate(dom) })
 }
 
+func (d *rpcDriver) shutdownDomain(ctx context.Context, h Host, name string) error {
+	return d.domainOp(ctx, h, "shutting down", name, func(l *lv.Libvirt, dom lv.Domain) error {
+		// The guest agent first (it needs no ACPI support in the guest),
+		// then the ACPI power button.
+		return l.DomainShutdownFlags(dom, lv.DomainShutdownGuestAgent|lv.DomainShutdownAcpiPowerBtn)
+	})
+}
+
 func (d *rpcDriver) destroyDomain(ctx context.Context, h Host, name string) error {
 	return d.domainOp(ctx, h, "destroying", name, func(l *lv.Libvirt, dom lv.Domain) error { return l.DomainDestroy(dom) })
 }

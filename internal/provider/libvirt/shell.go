@@ -206,6 +206,10 @@ func (d *shellDriver) startDomain(ctx context.Context, h Host, name string) erro
 	return d.domainCmd(ctx, h, "starting", name, "start", "--domain", name)
 }
 
+func (d *shellDriver) shutdownDomain(ctx context.Context, h Host, name string) error {
+	return d.domainCmd(ctx, h, "shutting down", name, "shutdown", "--domain", name, "--mode", "agent,acpi")
+}
+
 func (d *shellDriver) destroyDomain(ctx context.Context, h Host, name string) error {
 	return d.domainCmd(ctx, h, "destroying", name, "destroy", "--domain", name)
 }
