@@ -42,6 +42,7 @@ type Provider struct {
 	// Latency is added to every call, honouring the context.
 	Latency     time.Duration
 	afterCreate func(ctx context.Context, id provider.ID) error
+	unreachable bool
 	// Verdicts are what Check returns; set them before the operator starts,
 	// or with SetVerdicts afterwards.
 	Verdicts []provider.Verdict
@@ -143,6 +144,14 @@ func (f *Provider) AddInstance(in provider.Instance, marked bool) {
 	f.instances[in.ID] = &instance{Instance: in, marked: marked}
 }
 
+// SetUnreachable makes every call fail Transient, as an outage of the
+// infrastructure would, until it is called with false.
+func (f *Provider) SetUnreachable(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unreachable = down
+}
+
 // begin records a call, waits the latency and returns an injected error.
 func (f *Provider) begin(ctx context.Context, c Call) error {
 	f.mu.Lock()
@@ -151,8 +160,11 @@ func (f *Provider) begin(ctx context.Context, c Call) error {
 	if q := f.failures[c.Op]; len(q) > 0 {
 		injected, f.failures[c.Op] = q[0], q[1:]
 	}
-	latency := f.Latency
+	latency, down := f.Latency, f.unreachable
 	f.mu.Unlock()
+	if down && injected == nil {
+		injected = provider.NewTransient(errors.New("the fake infrastructure does not answer"))
+	}
 	if latency > 0 {
 		t := time.NewTimer(latency)
 		defer t.Stop()

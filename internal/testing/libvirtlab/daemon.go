@@ -1,6 +1,7 @@
 package libvirtlab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -29,7 +30,8 @@ func (d *daemon) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(d.argv[0], d.argv[1:]...)
+	// Stopped by signals (stop), not by a context: the lab decides when.
+	cmd := command(context.Background(), d.argv[0], d.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, so that a terminal's ^C reaches the test, which
 	// then tears the lab down in order.
@@ -46,6 +48,20 @@ func (d *daemon) start() error {
 		close(done)
 	}()
 	d.cmd, d.done = cmd, done
+	return nil
+}
+
+// exitError says that a daemon the lab started has exited: waiting for it
+// is pointless.
+type exitError struct{ name string }
+
+func (e *exitError) Error() string { return e.name + " exited" }
+
+// exited returns an *exitError when the daemon was started and has exited.
+func (d *daemon) exited() error {
+	if d.done != nil && !d.running() {
+		return &exitError{name: d.name}
+	}
 	return nil
 }
 
@@ -99,7 +115,7 @@ func descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		b, err := readFile("/proc/" + e.Name() + "/stat")
 		if err != nil {
 			continue
 		}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -24,7 +23,7 @@ func BuildGuestImage(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "hack", "libvirt", "build-guest-image.sh"))
+	cmd := command(ctx, filepath.Join(root, "hack", "libvirt", "build-guest-image.sh"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -43,7 +42,7 @@ func (l *Lab) importGuestImage() error {
 		return err
 	}
 	l.t.Logf("libvirtlab: guest image %s ready in %s", dir, time.Since(start).Round(time.Millisecond))
-	cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+	cmdline, err := readFile(filepath.Join(dir, "cmdline"))
 	if err != nil {
 		return err
 	}
@@ -80,7 +79,7 @@ func (l *Lab) SerialLog(domain string) string {
 	for _, p := range paths {
 		fmt.Fprintf(&b, "--- serial console %s\n%s\n", p, tail(p, 200))
 	}
-	q := filepath.Join("/var/log/libvirt/qemu", domain+".log")
+	q := "/var/log/libvirt/qemu/" + domain + ".log"
 	fmt.Fprintf(&b, "--- %s\n%s\n", q, tail(q, 30))
 	return b.String()
 }
@@ -142,12 +141,12 @@ func repoRoot() (string, error) {
 }
 
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	in, err := os.Open(src) //nolint:gosec // G304: the image cache's own file.
 	if err != nil {
 		return err
 	}
 	defer func() { _ = in.Close() }()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600) //nolint:gosec // G304: a new file in the lab's pool.
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestRealGuestServesProxy(t *testing.T) {
 	}
 
 	// 2. tinyproxy serves on the rendered port.
-	proxyAddr := net.JoinHostPort(addr.String(), fmt.Sprint(port))
+	proxyAddr := net.JoinHostPort(addr.String(), strconv.Itoa(port))
 	if err := Poll(ctx, 2*time.Second, func() (bool, error) {
 		c, err := net.DialTimeout("tcp", proxyAddr, 2*time.Second)
 		if err != nil {

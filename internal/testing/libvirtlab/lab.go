@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -165,8 +166,10 @@ func (l *Lab) start(opts Options) error {
 	if err := l.writeSSHConfig(); err != nil {
 		return err
 	}
-	l.virtlogd = &daemon{name: "virtlogd", argv: []string{"virtlogd"}, logPath: filepath.Join(l.Dir, "log", "virtlogd.stderr")}
-	l.libvirtd = &daemon{name: "libvirtd", argv: []string{"libvirtd", "--config", "/etc/libvirt/libvirtd.conf"}, logPath: filepath.Join(l.Dir, "log", "libvirtd.stderr")}
+	// Their pid files default to /run/virtlogd.pid and /run/libvirtd.pid,
+	// outside the private directories: two labs would lock each other out.
+	l.virtlogd = &daemon{name: "virtlogd", argv: []string{"virtlogd", "--pid-file", "/run/libvirt/virtlogd.pid"}, logPath: filepath.Join(l.Dir, "log", "virtlogd.stderr")}
+	l.libvirtd = &daemon{name: "libvirtd", argv: []string{"libvirtd", "--config", "/etc/libvirt/libvirtd.conf", "--pid-file", "/run/libvirt/libvirtd.pid"}, logPath: filepath.Join(l.Dir, "log", "libvirtd.stderr")}
 	l.sshd = &daemon{name: "sshd", argv: []string{"/usr/sbin/sshd", "-D", "-e", "-f", filepath.Join(l.Dir, "ssh", "sshd_config")}, logPath: filepath.Join(l.Dir, "log", "sshd.log")}
 	if err := l.startLibvirt(); err != nil {
 		return err
@@ -193,10 +196,12 @@ func (l *Lab) start(opts Options) error {
 func (l *Lab) mountLibvirtDirs() error {
 	for _, target := range libvirtDirs {
 		src := filepath.Join(l.Dir, "fs", strings.ReplaceAll(strings.TrimPrefix(target, "/"), "/", "-"))
-		if err := os.MkdirAll(src, 0o755); err != nil {
+		// World-searchable like the system directories they replace:
+		// dnsmasq runs as libvirt-dnsmasq and must reach its files.
+		if err := os.MkdirAll(src, 0o755); err != nil { //nolint:gosec // G301: see above.
 			return err
 		}
-		if err := os.MkdirAll(target, 0o755); err != nil {
+		if err := os.MkdirAll(target, 0o755); err != nil { //nolint:gosec // G301: a system directory's usual mode.
 			return err
 		}
 		if err := syscall.Mount(src, target, "", syscall.MS_BIND, ""); err != nil {
@@ -205,7 +210,7 @@ func (l *Lab) mountLibvirtDirs() error {
 		l.mounts = append(l.mounts, target)
 	}
 	for _, d := range []string{"/etc/libvirt/qemu/networks", "/etc/libvirt/storage", "/var/lib/libvirt/images", "/var/log/libvirt/qemu"} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := os.MkdirAll(d, 0o755); err != nil { //nolint:gosec // G301: the system directories' usual mode.
 			return err
 		}
 	}
@@ -215,8 +220,11 @@ func (l *Lab) mountLibvirtDirs() error {
 // The lab's libvirt configuration. qemu runs as root without a security
 // driver: the lab's images live in temporary directories that neither
 // apparmor profiles nor a qemu user could read, and the lab has nothing to
-// confine. Unix socket access without authentication: only root (in the
-// lab's mount namespace) can reach the socket.
+// confine. No cgroups: the cgroup tree is the machine's, not the lab's, and
+// libvirt names a domain's cgroup after its id and name, so two labs with a
+// domain of the same name would share (and tear down) one cgroup. Unix
+// socket access without authentication: only root (in the lab's mount
+// namespace) can reach the socket.
 const (
 	libvirtdConf = `unix_sock_group = "root"
 unix_sock_ro_perms = "0770"
@@ -231,6 +239,7 @@ dynamic_ownership = 0
 remember_owner = 0
 security_driver = "none"
 namespaces = [ ]
+cgroup_controllers = [ ]
 `
 	virtlogdConf = `log_outputs = "3:file:/var/log/libvirt/virtlogd.log"
 `
@@ -242,7 +251,7 @@ func (l *Lab) writeLibvirtConfig() error {
 		"/etc/libvirt/qemu.conf":     qemuConf,
 		"/etc/libvirt/virtlogd.conf": virtlogdConf,
 	} {
-		if err := os.WriteFile(name, []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(name, []byte(content), 0o600); err != nil {
 			return err
 		}
 	}
@@ -256,6 +265,9 @@ func (l *Lab) startLibvirt() error {
 		return err
 	}
 	if err := l.waitFor("virtlogd's socket", func() error {
+		if err := l.virtlogd.exited(); err != nil {
+			return err
+		}
 		_, err := os.Stat("/run/libvirt/virtlogd-sock")
 		return err
 	}); err != nil {
@@ -264,7 +276,14 @@ func (l *Lab) startLibvirt() error {
 	if err := l.libvirtd.start(); err != nil {
 		return err
 	}
+	return l.waitLibvirtd()
+}
+
+func (l *Lab) waitLibvirtd() error {
 	return l.waitFor("libvirtd to answer", func() error {
+		if err := l.libvirtd.exited(); err != nil {
+			return err
+		}
 		_, err := l.Virsh("version")
 		return err
 	})
@@ -279,11 +298,11 @@ func (l *Lab) writeSSHConfig() error {
 			return err
 		}
 	}
-	hostPub, err := os.ReadFile(hostKey + ".pub")
+	hostPub, err := readFile(hostKey + ".pub")
 	if err != nil {
 		return err
 	}
-	clientPub, err := os.ReadFile(clientKey + ".pub")
+	clientPub, err := readFile(clientKey + ".pub")
 	if err != nil {
 		return err
 	}
@@ -299,7 +318,7 @@ func (l *Lab) writeSSHConfig() error {
 	}
 	l.HostPublicKey = fields[0] + " " + fields[1]
 	l.KnownHostsFile = filepath.Join(sshDir, "known_hosts")
-	if err := os.WriteFile(l.KnownHostsFile, []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, l.HostPublicKey)), 0o644); err != nil {
+	if err := os.WriteFile(l.KnownHostsFile, []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, l.HostPublicKey)), 0o600); err != nil {
 		return err
 	}
 	authorized := filepath.Join(sshDir, "authorized_keys")
@@ -308,7 +327,7 @@ func (l *Lab) writeSSHConfig() error {
 	}
 	// Debian's sshd refuses to start without its privilege separation
 	// directory, which only its own service unit creates.
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { //nolint:gosec // G301: the mode Debian's unit gives it.
 		return err
 	}
 	// Only the lab's key, no PAM, no passwords; stream-local forwarding so
@@ -340,7 +359,12 @@ Subsystem sftp internal-sftp
 
 func (l *Lab) waitSSHD() error {
 	return l.waitFor("sshd to greet", func() error {
-		c, err := net.DialTimeout("tcp", l.SSHAddr, time.Second)
+		if err := l.sshd.exited(); err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", l.SSHAddr)
 		if err != nil {
 			return err
 		}
@@ -371,10 +395,10 @@ func (l *Lab) definePoolAndNetwork() error {
 </network>`, l.Network, l.Bridge, l.NetworkHost, l.NetworkCIDR.Bits(), l.DHCPStart, l.DHCPEnd)
 	poolFile := filepath.Join(l.Dir, "pool.xml")
 	netFile := filepath.Join(l.Dir, "network.xml")
-	if err := os.WriteFile(poolFile, []byte(poolXML), 0o644); err != nil {
+	if err := os.WriteFile(poolFile, []byte(poolXML), 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(netFile, []byte(netXML), 0o644); err != nil {
+	if err := os.WriteFile(netFile, []byte(netXML), 0o600); err != nil {
 		return err
 	}
 	for _, args := range [][]string{
@@ -393,7 +417,7 @@ func (l *Lab) definePoolAndNetwork() error {
 func (l *Lab) Virsh(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "virsh", append([]string{"-q", "-c", l.URI}, args...)...)
+	cmd := command(ctx, "virsh", append([]string{"-q", "-c", l.URI}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -408,7 +432,7 @@ func (l *Lab) Virsh(args ...string) (string, error) {
 // (see Main), so this is exec.CommandContext; the name keeps the intent
 // visible at the call site.
 func (l *Lab) InNetns(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, name, args...)
+	return command(ctx, name, args...)
 }
 
 // StopSSHD stops the lab's sshd and ends every connection it accepted, the
@@ -447,10 +471,7 @@ func (l *Lab) StartLibvirtd() {
 	if err := l.libvirtd.start(); err != nil {
 		l.t.Fatalf("libvirtlab: %v", err)
 	}
-	if err := l.waitFor("libvirtd to answer", func() error {
-		_, err := l.Virsh("version")
-		return err
-	}); err != nil {
+	if err := l.waitLibvirtd(); err != nil {
 		l.t.Fatalf("libvirtlab: %v", err)
 	}
 }
@@ -460,10 +481,12 @@ func (l *Lab) waitFor(what string, check func() error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		if err := check(); err != nil {
-			return false, nil //nolint:nilerr // not yet: poll again
+		err := check()
+		var exit *exitError
+		if errors.As(err, &exit) {
+			return false, fmt.Errorf("waiting for %s: %w: %s", what, err, l.daemonLogs())
 		}
-		return true, nil
+		return err == nil, nil
 	}, func() error {
 		return fmt.Errorf("waiting for %s: %s", what, l.daemonLogs())
 	})
@@ -516,8 +539,8 @@ func (l *Lab) teardown() {
 			d.stop(l.t, d == l.sshd)
 		}
 	}
-	killPIDFiles(l.t, filepath.Join(l.Dir, "fs"))
-	_ = exec.Command("ip", "link", "del", l.Bridge).Run()
+	killPIDFiles(l.t, filepath.Join(l.Dir, "fs", "run-libvirt"))
+	_ = run("ip", "link", "del", l.Bridge)
 	for i := len(l.mounts) - 1; i >= 0; i-- {
 		if err := syscall.Unmount(l.mounts[i], syscall.MNT_DETACH); err != nil {
 			l.t.Errorf("libvirtlab: unmounting %s: %v", l.mounts[i], err)
@@ -533,6 +556,7 @@ func (l *Lab) daemonLogs() string {
 	var b strings.Builder
 	for _, f := range []string{
 		filepath.Join(l.Dir, "log", "virtlogd.stderr"),
+		filepath.Join(l.Dir, "fs", "var-log-libvirt", "virtlogd.log"),
 		filepath.Join(l.Dir, "log", "libvirtd.stderr"),
 		filepath.Join(l.Dir, "fs", "var-log-libvirt", "libvirtd.log"),
 		filepath.Join(l.Dir, "log", "sshd.log"),
@@ -544,7 +568,7 @@ func (l *Lab) daemonLogs() string {
 
 // tail returns the last n lines of a file, or why it could not be read.
 func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path)
 	if err != nil {
 		return err.Error()
 	}
@@ -555,31 +579,29 @@ func tail(path string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// killPIDFiles kills every process named by a *.pid file under dir: the
-// qemu processes and dnsmasq that libvirtd daemonised, which outlive it.
-func killPIDFiles(t testing.TB, dir string) {
-	_ = filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".pid") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
+// killPIDFiles kills every process named by a pid file of the lab's
+// libvirt run directory (its qemu/ and network/ subdirectories): the qemu
+// processes and dnsmasq that libvirtd daemonised, which outlive it.
+func killPIDFiles(t testing.TB, runDir string) {
+	files, _ := filepath.Glob(filepath.Join(runDir, "*", "*.pid"))
+	for _, path := range files {
+		b, err := readFile(path)
 		if err != nil {
-			return nil
+			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 		if err != nil || pid <= 1 {
-			return nil
+			continue
 		}
 		// A stale pid file may name a recycled pid: kill only a process
 		// in this (the lab's) network namespace that is not this one.
 		if pid == os.Getpid() || !sameNetns(pid) {
-			return nil
+			continue
 		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
 			t.Logf("libvirtlab: killed pid %d left by %s", pid, path)
 		}
-		return nil
-	})
+	}
 }
 
 // sameNetns reports whether pid is in this process's network namespace.
@@ -593,12 +615,16 @@ func sameNetns(pid int) bool {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	ap, err := netip.ParseAddrPort(ln.Addr().String())
+	if err != nil {
+		return 0, err
+	}
+	return int(ap.Port()), nil
 }
 
 func randomHex(n int) string {

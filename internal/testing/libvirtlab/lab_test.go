@@ -133,7 +133,8 @@ func TestLab(t *testing.T) {
 		t.Errorf("sshd still accepts connections after StopSSHD")
 	}
 	select {
-	case <-fwdDone:
+	case err := <-fwdDone:
+		t.Logf("the forward ended with StopSSHD: %v", err)
 	case <-ctx.Done():
 		t.Fatalf("the forwarded connection outlived StopSSHD")
 	}

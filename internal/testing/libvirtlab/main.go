@@ -1,6 +1,8 @@
 package libvirtlab
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -48,7 +50,7 @@ func Main(m *testing.M) {
 // it returns only on failure.
 func enterNamespaces() error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("the libvirt lab needs root (network and mount namespaces, bridges, a system libvirtd); run the tests as root")
+		return errors.New("the libvirt lab needs root (network and mount namespaces, bridges, a system libvirtd); run the tests as root")
 	}
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
@@ -60,7 +62,7 @@ func enterNamespaces() error {
 	}
 	args := append([]string{"unshare", "--net", "--mount", "--propagation", "private", "--", self}, os.Args[1:]...)
 	env := append(os.Environ(), nsEnv+"=1")
-	if err := syscall.Exec(unshare, args, env); err != nil {
+	if err := syscall.Exec(unshare, args, env); err != nil { //nolint:gosec // G204, G702: re-executes this very test binary with its own arguments.
 		return fmt.Errorf("re-executing the tests under unshare: %w", err)
 	}
 	return nil
@@ -70,8 +72,20 @@ func enterNamespaces() error {
 // namespaces.
 func InNamespace() bool { return os.Getenv(nsEnv) == "1" }
 
+// command is the one place the lab starts a program: its own daemons and
+// tools, with arguments it builds itself.
+func command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, name, args...) //nolint:gosec // G204: the programs and arguments are the lab's own, never outside input.
+}
+
+// readFile reads one of the lab's own files (its temporary directory, the
+// image cache, /proc).
+func readFile(path string) ([]byte, error) {
+	return os.ReadFile(path) //nolint:gosec // G304: the paths are the lab's own.
+}
+
 func run(name string, args ...string) error {
-	out, err := exec.Command(name, args...).CombinedOutput()
+	out, err := command(context.Background(), name, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %v: %w: %s", name, args, err, out)
 	}

@@ -1,0 +1,74 @@
+// Package poll is the tests' one polling helper: wait for a condition with a
+// deadline instead of sleeping, and check that a condition holds for a while.
+// Tests call it rather than writing their own loop, so that every test polls
+// at the same pace and fails with the condition's last explanation.
+package poll
+
+import (
+	"testing"
+	"time"
+)
+
+// Interval is how often conditions are polled: short next to any timeout a
+// test uses, long enough not to busy-loop.
+const Interval = 10 * time.Millisecond
+
+// Until polls cond until it returns true and fails the test with cond's last
+// explanation when timeout passes first.
+func Until(t testing.TB, timeout time.Duration, cond func() (ok bool, why string)) {
+	t.Helper()
+	if err := Wait(timeout, cond); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Wait polls cond until it returns true, or returns an error with cond's last
+// explanation when timeout passes first. It is Until for code that is not a
+// test (the demo, the benchmark) or must not stop the test.
+func Wait(timeout time.Duration, cond func() (ok bool, why string)) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	for {
+		ok, why := cond()
+		if ok {
+			return nil
+		}
+		select {
+		case <-deadline.C:
+			return &TimeoutError{Timeout: timeout, Why: why}
+		case <-tick.C:
+		}
+	}
+}
+
+// Always fails the test as soon as cond returns false within d.
+func Always(t testing.TB, d time.Duration, cond func() (ok bool, why string)) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(Interval)
+	defer tick.Stop()
+	for {
+		if ok, why := cond(); !ok {
+			t.Fatalf("condition broke: %s", why)
+		}
+		select {
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// TimeoutError is Wait's error: the condition did not hold in time.
+type TimeoutError struct {
+	Timeout time.Duration
+	Why     string
+}
+
+// Error says how long was waited and why the condition was not met.
+func (e *TimeoutError) Error() string {
+	return "condition not met within " + e.Timeout.String() + ": " + e.Why
+}
