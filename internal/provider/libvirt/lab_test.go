@@ -43,7 +43,7 @@ func mustVirsh(t *testing.T, l *libvirtlab.Lab, args ...string) string {
 }
 
 // labEntry is an entry of the given type whose one host is the lab.
-func labEntry(t *testing.T, l *libvirtlab.Lab, typ string) *config.Entry {
+func labEntry(t testing.TB, l *libvirtlab.Lab, typ string) *config.Entry {
 	t.Helper()
 	host, port, err := net.SplitHostPort(l.SSHAddr)
 	if err != nil {
