@@ -8,6 +8,76 @@ const (
 	// ConditionHealthy is the ProviderHealth condition that is True when the
 	// provider entry can serve.
 	ConditionHealthy = "Healthy"
+	// ConditionServing is the Proxy condition that is True when the last
+	// probe through the proxy passed: it answered with its credentials,
+	// refused a wrong password and (when configured) reported its egress
+	// address. Only Serving members are in a pool's published list.
+	ConditionServing = "Serving"
+	// ConditionRotating is the ProxyPool condition that is True while
+	// members are being replaced.
+	ConditionRotating = "Rotating"
+	// ConditionEgressDistinct is the ProxyPool condition that is True when
+	// no two Serving members share an egress address.
+	ConditionEgressDistinct = "EgressDistinct"
+)
+
+// Reasons of the Proxy Serving condition.
+const (
+	// ReasonProbePassed (Serving=True): the last probe through the proxy
+	// passed.
+	ReasonProbePassed = "ProbePassed"
+	// ReasonProbeFailing (Serving=False): the last probe failed, fewer times
+	// in a row than the failure threshold; the message has the failure.
+	ReasonProbeFailing = "ProbeFailing"
+	// ReasonProbeFailed (Serving=False): the probe failed the threshold
+	// number of times in a row. A pool replaces such a member; a lone Proxy
+	// keeps this mark until a probe passes again.
+	ReasonProbeFailed = "ProbeFailed"
+	// ReasonProbePending (Serving=Unknown): the proxy is Ready and has not
+	// been probed yet.
+	ReasonProbePending = "ProbePending"
+	// ReasonProbeDisabled (Serving=True): the operator runs without
+	// probes (no prober configured); Serving follows Ready.
+	ReasonProbeDisabled = "ProbeDisabled"
+	// ReasonNotReady (Serving=False): the proxy is not Ready, so it is not
+	// probed.
+	ReasonNotReady = "NotReady"
+)
+
+// Reasons of the ProxyPool conditions.
+const (
+	// ReasonAllMembersServing (Ready=True): at least replicas members serve.
+	ReasonAllMembersServing = "AllMembersServing"
+	// ReasonMembersNotServing (Ready=False): fewer members serve than asked
+	// for, and none is stuck: they are being created, probed or replaced.
+	ReasonMembersNotServing = "MembersNotServing"
+	// ReasonMembersFailed (Ready=False): some members are Failed (for
+	// example the provider refused more instances: its capacity or quota is
+	// reached). The pool does not delete and recreate them in a loop; the
+	// message names them and their reason.
+	ReasonMembersFailed = "MembersFailed"
+	// ReasonPoolInvalidSpec (Ready=False): the template or a placement
+	// entry names a provider or zone the configuration does not have.
+	// Nothing is created until the spec is fixed.
+	ReasonPoolInvalidSpec = "InvalidSpec"
+	// ReasonRotationInProgress (Rotating=True): members are being replaced;
+	// the message says how many and why.
+	ReasonRotationInProgress = "RotationInProgress"
+	// ReasonNoRotation (Rotating=False): every member is current.
+	ReasonNoRotation = "NoRotation"
+	// ReasonInvalidRotationRequest (Rotating=False): the rotate annotation
+	// cannot be read. It is left in place and nothing is rotated until it is
+	// fixed or removed; the message says what is wrong.
+	ReasonInvalidRotationRequest = "InvalidRotationRequest"
+	// ReasonDistinctEgress (EgressDistinct=True): every Serving member has
+	// its own egress address.
+	ReasonDistinctEgress = "DistinctEgress"
+	// ReasonDuplicateEgress (EgressDistinct=False): two or more Serving
+	// members share an egress address; the message names them.
+	ReasonDuplicateEgress = "DuplicateEgress"
+	// ReasonEgressUnknown (EgressDistinct=Unknown): no probe reported an
+	// egress address (the provider entries configure no check URL).
+	ReasonEgressUnknown = "EgressUnknown"
 )
 
 // Reasons of the Proxy Ready condition. Each says where the Proxy is; the
@@ -107,4 +177,30 @@ const (
 	// AnnotationRetry, set to any value on a Proxy in phase Failed, makes the
 	// operator try again. The operator removes it once it acted on it.
 	AnnotationRetry = "crawl.example.com/retry"
+	// AnnotationRotate, set on a ProxyPool, asks for an on-demand rotation:
+	// the value "all" rotates every member, otherwise it is a
+	// comma-separated list of member names. The operator marks the members
+	// (AnnotationRotationRequested) and removes it; a value it cannot read
+	// stays, with the Rotating condition reason InvalidRotationRequest.
+	AnnotationRotate = "crawl.example.com/rotate"
+	// AnnotationRotationRequested, on a pool member (set by the operator
+	// from AnnotationRotate, or by a human), makes the pool replace that
+	// member, surge first. Its value is informative.
+	AnnotationRotationRequested = "crawl.example.com/rotation-requested"
+)
+
+// Labels the operator sets on pool members.
+const (
+	// LabelPool names the ProxyPool a member belongs to; status.selector of
+	// the pool selects on it.
+	LabelPool = "crawl.example.com/pool"
+	// LabelPoolSlot is the member's slot: its index in the pool, which fixes
+	// its placement.
+	LabelPoolSlot = "crawl.example.com/pool-slot"
+	// LabelPoolGeneration is the member's serial number in its pool; a
+	// successor has a higher one than the member it replaces.
+	LabelPoolGeneration = "crawl.example.com/pool-generation"
+	// LabelTemplateHash is a hash of the template and placement a member was
+	// made from; a member with another hash is rotated.
+	LabelTemplateHash = "crawl.example.com/pool-template-hash"
 )

@@ -18,7 +18,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Proxy{}, &ProxyList{}, &ProviderHealth{}, &ProviderHealthList{})
+	s.AddKnownTypes(GroupVersion, &Proxy{}, &ProxyList{}, &ProviderHealth{}, &ProviderHealthList{}, &ProxyPool{}, &ProxyPoolList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

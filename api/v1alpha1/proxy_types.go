@@ -174,6 +174,25 @@ type ProxyStatus struct {
 	// +optional
 	ReadyTime *metav1.Time `json:"readyTime,omitempty"`
 
+	// egressIP is the address the world sees requests through this proxy
+	// come from, as the last probe's check URL reported it. Empty when the
+	// provider entry configures no check URL.
+	// +optional
+	EgressIP string `json:"egressIP,omitempty"`
+
+	// lastProbeTime is when the operator last sent a request through the
+	// proxy; probeLatency how long the last successful probe took.
+	// +optional
+	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
+	// +optional
+	ProbeLatency *metav1.Duration `json:"probeLatency,omitempty"`
+
+	// probeFailures counts consecutive failed probes; a successful probe
+	// resets it. At the operator's failure threshold a pool member is
+	// replaced and a lone Proxy is marked (Serving reason ProbeFailed).
+	// +optional
+	ProbeFailures int32 `json:"probeFailures,omitempty"`
+
 	// observedGeneration is the metadata.generation this status was computed
 	// for.
 	// +optional
@@ -203,7 +222,9 @@ type ProxyStatus struct {
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.status.zone`
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.status.address`
+// +kubebuilder:printcolumn:name="Serving",type=string,JSONPath=`.status.conditions[?(@.type=="Serving")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Egress",type=string,JSONPath=`.status.egressIP`,priority=1
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`,priority=1
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

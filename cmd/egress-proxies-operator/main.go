@@ -21,6 +21,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
@@ -33,21 +34,25 @@ var version = "dev"
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 type flags struct {
-	providersConfig    string
-	metricsAddr        string
-	metricsSecure      bool
-	probeAddr          string
-	leaderElect        bool
-	leaderElectionNS   string
-	pollInterval       time.Duration
-	resyncInterval     time.Duration
-	healthInterval     time.Duration
-	gcInterval         time.Duration
-	gcGracePeriod      time.Duration
-	workers            int
-	enableHTTP2        bool
-	checkConfigAndExit bool
-	proxyImage         string
+	providersConfig       string
+	metricsAddr           string
+	metricsSecure         bool
+	probeAddr             string
+	leaderElect           bool
+	leaderElectionNS      string
+	pollInterval          time.Duration
+	resyncInterval        time.Duration
+	healthInterval        time.Duration
+	gcInterval            time.Duration
+	gcGracePeriod         time.Duration
+	workers               int
+	probe                 bool
+	probeInterval         time.Duration
+	probeTimeout          time.Duration
+	probeFailureThreshold int
+	enableHTTP2           bool
+	checkConfigAndExit    bool
+	proxyImage            string
 }
 
 func main() {
@@ -80,6 +85,11 @@ func main() {
 	fs.DurationVar(&f.gcInterval, "gc-interval", controller.DefaultGCInterval, "How often orphaned instances are looked for.")
 	fs.DurationVar(&f.gcGracePeriod, "gc-grace-period", controller.DefaultGCGracePeriod, "Minimum age of an orphaned instance before it is deleted.")
 	fs.IntVar(&f.workers, "max-concurrent-reconciles", 4, "Proxies reconciled in parallel.")
+	fs.BoolVar(&f.probe, "probe", true, "Probe Ready proxies through the proxy (the Serving condition); off, Serving follows Ready.")
+	fs.DurationVar(&f.probeInterval, "probe-interval", controller.DefaultProbeInterval, "How often a Ready proxy is probed through the proxy.")
+	fs.DurationVar(&f.probeTimeout, "probe-timeout", probe.DefaultTimeout, "How long one probe (all its requests) may take.")
+	fs.IntVar(&f.probeFailureThreshold, "probe-failure-threshold", controller.DefaultProbeFailureThreshold,
+		"Failed probes in a row after which a pool member is replaced and a lone Proxy marked ProbeFailed.")
 	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "Serve metrics over HTTP/2 (off by default: CVE-2023-44487, CVE-2023-39325).")
 	fs.BoolVar(&f.checkConfigAndExit, "check-config", false, "Validate the providers configuration, print a summary and exit.")
 	fs.StringVar(&f.proxyImage, "proxy-image", os.Getenv("OPERATOR_IMAGE"),
@@ -133,6 +143,10 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("reaching the API server: %w", err)
 	}
+	var prober probe.Prober
+	if f.probe {
+		prober = &probe.HTTP{Timeout: f.probeTimeout}
+	}
 	op, err := setup.New(setup.Options{
 		RestConfig: restConfig,
 		Config:     cfg,
@@ -146,6 +160,7 @@ func run(ctx context.Context, f flags) error {
 		Controller: controller.Options{
 			PollInterval: f.pollInterval, ResyncInterval: f.resyncInterval, MaxConcurrentReconciles: f.workers,
 			HealthInterval: f.healthInterval, GCInterval: f.gcInterval, GCGracePeriod: f.gcGracePeriod,
+			Prober: prober, ProbeInterval: f.probeInterval, ProbeFailureThreshold: int32(min(max(f.probeFailureThreshold, 1), 100)),
 		},
 		Registerer: ctrlmetrics.Registry,
 		Tracer:     tracer,

@@ -107,6 +107,11 @@ CFG
 chroot "$root" systemctl disable tinyproxy.service
 echo '/dev/vda / ext4 rw,errors=remount-ro 0 1' >"$root/etc/fstab"
 chroot "$root" systemctl enable systemd-networkd.service
+# The lab has no mirror: apt's retries of an unreachable one only cost the
+# guest's CPU (the rendered user-data runs apt-get update), and so would
+# apt's daily timers during boot.
+echo 'Acquire::Retries "0";' >"$root/etc/apt/apt.conf.d/90egress-lab-no-retries"
+chroot "$root" systemctl disable apt-daily.timer apt-daily-upgrade.timer
 # One machine-id per guest, made at first boot (DHCP, journald).
 : >"$root/etc/machine-id"
 rm -f "$root/var/lib/dbus/machine-id"
@@ -128,8 +133,8 @@ echo "root=/dev/vda rw console=ttyS0" >"$work/out/cmdline"
 chroot "$root" dpkg-query -W -f='${Package} ${Version}\n' >"$work/out/packages.txt"
 
 # 2 GiB of which about 600 MB are used; the qcow2 stores only what is used.
-mkfs.ext4 -q -L guestroot -d "$root" "$work/root.ext4" 2G
-qemu-img convert -q -O qcow2 "$work/root.ext4" "$work/out/disk.qcow2"
+mkfs.ext4 -q -L guestroot -d "$root" "$work/root.ext4" 2G >&2
+qemu-img convert -q -O qcow2 "$work/root.ext4" "$work/out/disk.qcow2" >&2
 rm -rf "$root" "$work/root.ext4"
 touch "$work/out/done"
 rm -rf "$out"

@@ -58,6 +58,9 @@ type Entry struct {
 	// Images are the operating system images proxies can ask for; the block
 	// maps each to something the provider knows (a template, a file, ...).
 	Images []string `json:"images"`
+	// Probe says how the operator checks the entry's proxies through the
+	// proxy (docs/pools.md).
+	Probe Probe `json:"probe,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -84,7 +87,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {
@@ -195,6 +198,7 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 	}
 
 	errs = append(errs, validateCatalogues(path, &e)...)
+	errs = append(errs, validateProbe(path.Child("probe"), e.Probe)...)
 
 	if known {
 		blk := newBlock()

@@ -24,6 +24,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -69,6 +70,15 @@ type ProxyReconciler struct {
 	// Backoff computes the capped exponential delay after transient
 	// failures, per Proxy. Nil means DefaultBackoffBase to DefaultBackoffMax.
 	Backoff workqueue.TypedRateLimiter[reconcile.Request]
+	// Prober sends requests through Ready proxies (the Serving condition);
+	// nil probes nothing and Serving follows Ready.
+	Prober probe.Prober
+	// ProbeInterval is how often a Ready proxy is probed; zero means
+	// DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// ProbeFailureThreshold is how many failed probes in a row mark a proxy
+	// ProbeFailed; zero means DefaultProbeFailureThreshold.
+	ProbeFailureThreshold int32
 	// MaxConcurrentReconciles bounds the workers; zero means 4.
 	MaxConcurrentReconciles int
 
@@ -107,6 +117,12 @@ func (r *ProxyReconciler) defaults() {
 	}
 	if r.ResyncInterval == 0 {
 		r.ResyncInterval = DefaultResyncInterval
+	}
+	if r.ProbeInterval == 0 {
+		r.ProbeInterval = DefaultProbeInterval
+	}
+	if r.ProbeFailureThreshold == 0 {
+		r.ProbeFailureThreshold = DefaultProbeFailureThreshold
 	}
 	if r.Tracer == nil {
 		r.Tracer = noop.NewTracerProvider().Tracer("")
@@ -173,7 +189,8 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// The finalizer is gone and the object with it: nothing to patch.
 		return res, nil
 	}
-	p.Status = computeStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
+	obs.probing, obs.probeThreshold = r.Prober != nil, r.ProbeFailureThreshold
+	p.Status = computeProxyStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
 	if err := r.patchStatus(ctx, before, &p); err != nil {
 		if apierrors.IsConflict(err) {
 			// The status changed since we read it: what we computed is based

@@ -132,7 +132,14 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 				return ctrl.Result{}, obs, err
 			}
 		}
-		return ctrl.Result{RequeueAfter: r.ResyncInterval}, obs, nil
+		after := r.ResyncInterval
+		if due, next := r.probeDue(p.Status); due {
+			obs.probe = r.runProbe(ctx, p, entry, creds, inst.Address.String())
+			after = min(after, r.ProbeInterval)
+		} else if r.Prober != nil {
+			after = min(after, next)
+		}
+		return ctrl.Result{RequeueAfter: after}, obs, nil
 	}
 	return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
 }

@@ -39,6 +39,14 @@ type observation struct {
 	// retried: the retry annotation was present and acted on; Reconcile
 	// removes it after patching the status.
 	retried bool
+	// probing: the operator probes proxies; without it Serving follows
+	// Ready (reason ProbeDisabled).
+	probing bool
+	// probeThreshold is the number of failed probes in a row after which
+	// Serving says ProbeFailed.
+	probeThreshold int32
+	// probe: the probe of this reconcile, when one was due.
+	probe *probeOutcome
 }
 
 // computeStatus derives the Proxy's phase, Ready condition, node, address and
@@ -144,6 +152,63 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 		set(phase, metav1.ConditionFalse, reason, msg)
 	}
 	return s
+}
+
+// computeProxyStatus is the whole status of one reconcile: the phase and
+// Ready condition (computeStatus), then the Serving condition and probe
+// fields, which depend on them.
+func computeProxyStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, generation int64, now time.Time) crawlv1alpha1.ProxyStatus {
+	s := computeStatus(prev, obs, port, generation, now)
+	computeServing(&s, obs, generation, now)
+	return s
+}
+
+// computeServing sets the Serving condition and the probe's fields: only a
+// proxy in phase Ready is probed; a probe of this reconcile updates them; a
+// Ready proxy not probed this time keeps what the last probe said.
+func computeServing(s *crawlv1alpha1.ProxyStatus, obs observation, generation int64, now time.Time) {
+	set := func(status metav1.ConditionStatus, reason, msg string) {
+		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: crawlv1alpha1.ConditionServing, Status: status, Reason: reason, Message: msg,
+			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	ready := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionReady)
+	switch {
+	case s.Phase != crawlv1alpha1.ProxyPhaseReady || ready == nil:
+		s.EgressIP, s.ProbeFailures, s.ProbeLatency = "", 0, nil
+		set(metav1.ConditionFalse, crawlv1alpha1.ReasonNotReady, "The proxy is not Ready.")
+	case !obs.probing:
+		if ready.Status == metav1.ConditionTrue {
+			set(metav1.ConditionTrue, crawlv1alpha1.ReasonProbeDisabled, "The operator runs without probes; Serving follows Ready.")
+		}
+	case obs.probe == nil:
+		if c := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionServing); c == nil || c.Reason == crawlv1alpha1.ReasonNotReady || c.Reason == crawlv1alpha1.ReasonProbeDisabled {
+			set(metav1.ConditionUnknown, crawlv1alpha1.ReasonProbePending, "The proxy is Ready; waiting for the first probe through it.")
+		}
+	case obs.probe.err == nil:
+		t := metav1.NewTime(now)
+		s.LastProbeTime, s.ProbeFailures = &t, 0
+		s.ProbeLatency = &metav1.Duration{Duration: obs.probe.result.Latency}
+		s.EgressIP = ""
+		if obs.probe.result.EgressIP.IsValid() {
+			s.EgressIP = obs.probe.result.EgressIP.String()
+		}
+		msg := fmt.Sprintf("Probe through the proxy passed in %s.", obs.probe.result.Latency.Round(time.Millisecond))
+		if s.EgressIP != "" {
+			msg = fmt.Sprintf("Probe through the proxy passed in %s; egress address %s.", obs.probe.result.Latency.Round(time.Millisecond), s.EgressIP)
+		}
+		set(metav1.ConditionTrue, crawlv1alpha1.ReasonProbePassed, msg)
+	default:
+		t := metav1.NewTime(now)
+		s.LastProbeTime = &t
+		s.ProbeFailures++
+		reason := crawlv1alpha1.ReasonProbeFailing
+		if s.ProbeFailures >= obs.probeThreshold {
+			reason = crawlv1alpha1.ReasonProbeFailed
+		}
+		set(metav1.ConditionFalse, reason, fmt.Sprintf("Probe through the proxy failed %d time(s) in a row: %v.", s.ProbeFailures, obs.probe.err))
+	}
 }
 
 // isLatched reports whether a Proxy's status says it failed in a way that

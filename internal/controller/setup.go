@@ -14,6 +14,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -35,6 +36,15 @@ type Options struct {
 	// Registerer receives the proxies-by-phase collector; nil skips it.
 	Registerer prometheus.Registerer
 
+	// Prober probes Ready proxies through the proxy (the Serving
+	// condition); nil probes nothing and Serving follows Ready.
+	Prober probe.Prober
+	// ProbeInterval and ProbeFailureThreshold: see ProxyReconciler.
+	ProbeInterval         time.Duration
+	ProbeFailureThreshold int32
+	// PoolResyncInterval is how often a pool is looked at without changes.
+	PoolResyncInterval time.Duration
+
 	PollInterval            time.Duration
 	ResyncInterval          time.Duration
 	MaxConcurrentReconciles int
@@ -49,14 +59,16 @@ type Options struct {
 }
 
 // CacheOptions returns the manager cache options the controllers rely on.
-// Secrets are cached only when the operator made them (they carry its
+// Secrets and ConfigMaps are cached only when the operator made them (they carry its
 // managed-by label), so that the operator does not hold every Secret of the
 // cluster in memory; a Secret the cache cannot see is treated as foreign.
 // Provider types add their own needs (see provider.Type.Cache); the operator's
 // setup merges them.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: managed}}}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&corev1.Secret{}: {Label: managed}, &corev1.ConfigMap{}: {Label: managed},
+	}}
 }
 
 // SetupWithManager adds the Proxy reconciler, garbage collection and the
@@ -67,9 +79,17 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
 		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
 		Tracer: o.Tracer, skipNameValidation: o.SkipNameValidation,
+		Prober: o.Prober, ProbeInterval: o.ProbeInterval, ProbeFailureThreshold: o.ProbeFailureThreshold,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy controller: %w", err)
+	}
+	pools := &ProxyPoolReconciler{
+		Client: mgr.GetClient(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now,
+		ResyncInterval: o.PoolResyncInterval, skipNameValidation: o.SkipNameValidation,
+	}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the proxy pool controller: %w", err)
 	}
 	gc := &GarbageCollector{
 		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,

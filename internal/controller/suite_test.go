@@ -28,6 +28,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
@@ -95,6 +96,7 @@ func (b *logBuffer) String() string {
 // operator is one running manager with the controllers under test.
 type operator struct {
 	fake    *fakeprovider.Provider
+	prober  *probe.Fake
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	logs    *logBuffer
@@ -138,6 +140,13 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 	}
 	opts := oo.opts
 	opts.SkipNameValidation = true
+	if opts.Prober == nil {
+		o.prober = probe.NewFake()
+		opts.Prober = o.prober
+	}
+	if opts.ProbeInterval == 0 {
+		opts.ProbeInterval = 100 * time.Millisecond
+	}
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 50 * time.Millisecond
 	}

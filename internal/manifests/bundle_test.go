@@ -72,6 +72,7 @@ type bundle struct {
 	ClusterRoleBindings []*rbacv1.ClusterRoleBinding
 	CRDs                []*apiextensionsv1.CustomResourceDefinition
 	Proxies             []*crawlv1alpha1.Proxy
+	Pools               []*crawlv1alpha1.ProxyPool
 }
 
 // decoder decodes strictly (unknown and duplicate fields are errors) into
@@ -122,6 +123,8 @@ func decode(dec apimachineryruntime.Decoder, docs [][]byte) (*bundle, error) {
 			b.CRDs = append(b.CRDs, o)
 		case *crawlv1alpha1.Proxy:
 			b.Proxies = append(b.Proxies, o)
+		case *crawlv1alpha1.ProxyPool:
+			b.Pools = append(b.Pools, o)
 		default:
 			errs = append(errs, fmt.Errorf("%s: a kind these tests do not check; add it to bundle and to the checks", gvk))
 		}

@@ -405,6 +405,11 @@ func TestSamples(t *testing.T) {
 		if err := checkSamples(b.Proxies, samples, installed); err != nil {
 			t.Error(err)
 		}
+		// A pool's members are Proxies of each placement: they must resolve
+		// as a sample Proxy would.
+		if err := checkSamples(poolMembers(b.Pools), samples, installed); err != nil {
+			t.Error(err)
+		}
 	})
 	t.Run("every type has an entry", func(t *testing.T) {
 		types := map[string]bool{}
@@ -426,6 +431,9 @@ func TestSamples(t *testing.T) {
 		for _, p := range b.Proxies {
 			rendered[p.Name] = true
 		}
+		for _, p := range b.Pools {
+			rendered[p.Name] = true
+		}
 		sort.Strings(files)
 		for _, f := range files {
 			data, err := os.ReadFile(f)
@@ -437,8 +445,14 @@ func TestSamples(t *testing.T) {
 				t.Errorf("%s: %v", filepath.Base(f), err)
 				continue
 			}
+			if len(pb.Pools) == 1 && len(pb.Proxies) == 0 {
+				if !rendered[pb.Pools[0].Name] {
+					t.Errorf("%s is not listed in config/samples/kustomization.yaml", filepath.Base(f))
+				}
+				continue
+			}
 			if len(pb.Proxies) != 1 {
-				t.Errorf("%s: want one Proxy", filepath.Base(f))
+				t.Errorf("%s: want one Proxy or one ProxyPool", filepath.Base(f))
 				continue
 			}
 			p := pb.Proxies[0]
@@ -454,6 +468,30 @@ func TestSamples(t *testing.T) {
 			}
 		}
 	})
+}
+
+// poolMembers returns, for each pool, one Proxy per placement entry, as the
+// pool would make them.
+func poolMembers(pools []*crawlv1alpha1.ProxyPool) []*crawlv1alpha1.Proxy {
+	var out []*crawlv1alpha1.Proxy
+	for _, pool := range pools {
+		placements := pool.Spec.Placement
+		if len(placements) == 0 {
+			placements = []crawlv1alpha1.PlacementEntry{{}}
+		}
+		for i, pl := range placements {
+			p := &crawlv1alpha1.Proxy{Spec: *pool.Spec.Template.Spec.DeepCopy()}
+			p.Name = fmt.Sprintf("%s-placement-%d", pool.Name, i)
+			if pl.Provider != "" {
+				p.Spec.Provider = pl.Provider
+			}
+			if pl.Zone != "" {
+				p.Spec.Zone = pl.Zone
+			}
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // TestSamplesChecksFail breaks a sample Proxy in one way at a time.

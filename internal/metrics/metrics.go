@@ -30,6 +30,18 @@ type Metrics struct {
 	// GCDeletions counts orphaned instances deleted by garbage collection, by
 	// entry.
 	GCDeletions *prometheus.CounterVec
+	// ProbeDuration observes passed probes through proxies, by entry.
+	ProbeDuration *prometheus.HistogramVec
+	// ProbeFailures counts failed probes through proxies, by entry.
+	ProbeFailures *prometheus.CounterVec
+	// PoolMembers is the number of members of each pool, by namespace and
+	// pool.
+	PoolMembers *prometheus.GaugeVec
+	// PoolServing is the number of Serving members of each pool.
+	PoolServing *prometheus.GaugeVec
+	// PoolRotations counts members replaced by rotation, by namespace, pool
+	// and reason (maxAge, requested, template, probe).
+	PoolRotations *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -62,8 +74,35 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "gc_deletions_total",
 			Help:      "Orphaned instances (whose Proxy no longer exists) deleted by garbage collection, by provider entry.",
 		}, []string{"provider"}),
+		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace,
+			Name:      "probe_duration_seconds",
+			Help:      "Duration of passed probes through proxies, by provider entry.",
+			Buckets:   []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
+		}, []string{"provider"}),
+		ProbeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "probe_failures_total",
+			Help:      "Failed probes through proxies, by provider entry.",
+		}, []string{"provider"}),
+		PoolMembers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "pool_members",
+			Help:      "Members of each ProxyPool, by namespace and pool.",
+		}, []string{"namespace", "pool"}),
+		PoolServing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "pool_serving_members",
+			Help:      "Serving members (the published list's length) of each ProxyPool, by namespace and pool.",
+		}, []string{"namespace", "pool"}),
+		PoolRotations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "pool_rotations_total",
+			Help:      "Pool members replaced by rotation, by namespace, pool and reason (maxAge, requested, template, probe).",
+		}, []string{"namespace", "pool", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.ProviderCallDuration, m.ProviderCallErrors, m.CreateToReady, m.Replacements, m.GCDeletions} {
+	for _, c := range []prometheus.Collector{m.ProviderCallDuration, m.ProviderCallErrors, m.CreateToReady, m.Replacements, m.GCDeletions,
+		m.ProbeDuration, m.ProbeFailures, m.PoolMembers, m.PoolServing, m.PoolRotations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

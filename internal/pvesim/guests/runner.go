@@ -58,6 +58,9 @@ func (r *Runner) Start(g pvesim.Guest) error {
 	proxy, err := forwardproxy.New(forwardproxy.Config{
 		Username: settings.Username, Password: settings.Password,
 		AllowedSourceRanges: settings.Allow, Log: r.Log.WithValues("vmid", g.VMID),
+		// A VM reaches the world from its own address; so does the guest,
+		// which gives each guest its own egress address.
+		Dialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: g.Address.AsSlice()}},
 	})
 	if err != nil {
 		return fmt.Errorf("guest %d: configuring the proxy: %w", g.VMID, err)

@@ -46,6 +46,17 @@ type Provider struct {
 	// Verdicts are what Check returns; set them before the operator starts,
 	// or with SetVerdicts afterwards.
 	Verdicts []provider.Verdict
+	// capacity, when above zero, is how many instances the fake holds: a
+	// Create beyond it fails Permanent, as a full quota would.
+	capacity int
+}
+
+// SetCapacity limits how many instances the fake holds; zero means no
+// limit.
+func (f *Provider) SetCapacity(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.capacity = n
 }
 
 // SetVerdicts changes what Check returns, safely while the operator runs.
@@ -194,6 +205,11 @@ func (f *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 		if in.marked && in.OwnerUID == req.OwnerUID && in.Name == req.Name {
 			id = existing
 		}
+	}
+	if id == "" && f.capacity > 0 && len(f.instances) >= f.capacity {
+		f.mu.Unlock()
+		return "", provider.NewPermanent(fmt.Errorf("quota exceeded: %d instances, the limit is %d", len(f.instances), f.capacity),
+			"raise the quota or lower the number of proxies")
 	}
 	if id == "" {
 		f.next++

@@ -34,8 +34,9 @@ func (d *daemon) start() error {
 	cmd := command(context.Background(), d.argv[0], d.argv[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Its own process group, so that a terminal's ^C reaches the test, which
-	// then tears the lab down in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// then tears the lab down in order. Killed with the test process when
+	// that dies without its cleanup (a `go test -timeout` panic).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		_ = log.Close()
 		return fmt.Errorf("starting %s: %w", d.name, err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // guestDomainXML boots the real guest image directly (kernel, initrd and
@@ -130,42 +131,50 @@ func TestRealGuestServesProxy(t *testing.T) {
 
 	// 1. A DHCP lease from the lab network's dnsmasq, for the guest's MAC.
 	var addr netip.Addr
-	if err := Poll(ctx, 2*time.Second, func() (bool, error) {
-		out, err := l.Virsh("net-dhcp-leases", l.Network, "--mac", mac)
+	poll.Until(t, 10*time.Minute, func() (bool, string) {
+		leases, err := l.Leases()
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
-		addr = leaseAddr(out)
-		return addr.IsValid(), nil
-	}, nil); err != nil {
-		t.Fatalf("no DHCP lease for %s: %v", mac, err)
-	}
+		for _, lease := range leases {
+			if lease.MAC == mac {
+				addr = lease.IP
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("no lease for %s among %v", mac, leases)
+	})
 	leased := time.Since(started)
 	if !l.NetworkCIDR.Contains(addr) {
 		t.Fatalf("leased address %s is outside %s", addr, l.NetworkCIDR)
 	}
+	// virsh reports the same lease.
+	if out := mustVirsh(t, l, "net-dhcp-leases", l.Network, "--mac", mac); !strings.Contains(out, addr.String()+"/24") {
+		t.Errorf("virsh net-dhcp-leases does not show %s:\n%s", addr, out)
+	}
 
 	// 2. tinyproxy serves on the rendered port.
 	proxyAddr := net.JoinHostPort(addr.String(), strconv.Itoa(port))
-	if err := Poll(ctx, 2*time.Second, func() (bool, error) {
-		c, err := net.DialTimeout("tcp", proxyAddr, 2*time.Second)
+	poll.Until(t, 10*time.Minute, func() (bool, string) {
+		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer dcancel()
+		c, err := (&net.Dialer{}).DialContext(dctx, "tcp", proxyAddr)
 		if err != nil {
-			return false, nil //nolint:nilerr // not serving yet
+			return false, "tinyproxy not listening: " + err.Error()
 		}
 		_ = c.Close()
-		return true, nil
-	}, nil); err != nil {
-		t.Fatalf("tinyproxy never listened on %s: %v", proxyAddr, err)
-	}
+		return true, ""
+	})
 	serving := time.Since(started)
 
 	// 3. The guest agent answers and reports the leased address.
-	if err := Poll(ctx, 2*time.Second, func() (bool, error) {
+	poll.Until(t, 5*time.Minute, func() (bool, string) {
 		out, err := l.Virsh("domifaddr", name, "--source", "agent")
-		return err == nil && strings.Contains(out, addr.String()+"/"), nil
-	}, nil); err != nil {
-		t.Fatalf("the guest agent never reported %s: %v", addr, err)
-	}
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(out, addr.String()+"/"), "the agent reports:\n" + out
+	})
 	agent := time.Since(started)
 
 	// 4. With the credentials the request reaches the server; without, 407.
@@ -193,19 +202,6 @@ func TestRealGuestServesProxy(t *testing.T) {
 	}
 	t.Logf("real guest: DHCP lease %s after %s, tinyproxy serving after %s, guest agent after %s (TCG, 1 vCPU, 512 MiB)",
 		addr, leased.Round(time.Second), serving.Round(time.Second), agent.Round(time.Second))
-}
-
-// leaseAddr returns the IPv4 address of the first lease virsh
-// net-dhcp-leases prints, or the zero Addr.
-func leaseAddr(out string) netip.Addr {
-	for _, line := range strings.Split(out, "\n") {
-		for _, f := range strings.Fields(line) {
-			if p, err := netip.ParsePrefix(f); err == nil && p.Addr().Is4() {
-				return p.Addr()
-			}
-		}
-	}
-	return netip.Addr{}
 }
 
 // proxiedGet fetches target through proxy and returns the status and body.

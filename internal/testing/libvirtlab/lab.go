@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // Options says what a lab holds besides its daemons, pool and network.
@@ -145,9 +147,11 @@ func Start(t testing.TB, opts Options) *Lab {
 		defer labMu.Unlock()
 		l.teardown()
 	})
+	began := time.Now()
 	if err := l.start(opts); err != nil {
 		t.Fatalf("libvirtlab: %v", err)
 	}
+	t.Logf("libvirtlab: lab up in %s (ssh %s, pool %s, network %s on %s)", time.Since(began).Round(time.Millisecond), l.SSHAddr, l.Pool, l.Network, l.NetworkCIDR)
 	return l
 }
 
@@ -164,6 +168,9 @@ func (l *Lab) start(opts Options) error {
 		return err
 	}
 	if err := l.writeSSHConfig(); err != nil {
+		return err
+	}
+	if err := l.privateHome(); err != nil {
 		return err
 	}
 	// Their pid files default to /run/virtlogd.pid and /run/libvirtd.pid,
@@ -214,6 +221,43 @@ func (l *Lab) mountLibvirtDirs() error {
 			return err
 		}
 	}
+	return l.shareCapabilitiesCache()
+}
+
+// capsCacheDir is where labs keep libvirt's cache of QEMU's capabilities.
+func capsCacheDir() (string, error) {
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "egress-proxies-operator", "libvirt-qemu-capabilities"), nil
+}
+
+// shareCapabilitiesCache bind-mounts one directory, kept across labs, over
+// libvirt's cache of QEMU's capabilities: probing qemu-system-x86_64 and
+// qemu-system-i386 is most of a libvirtd start (about 9 s of 10 here).
+// libvirt checks each entry against the binary, its own version and the
+// host's kernel and microcode before using it, and replaces a file by
+// renaming a complete new one over it, so labs in parallel may share it.
+func (l *Lab) shareCapabilitiesCache() error {
+	dir, err := capsCacheDir()
+	if err != nil {
+		return err
+	}
+	target := "/var/cache/libvirt/qemu/capabilities"
+	for _, d := range []string{dir, target} {
+		if err := os.MkdirAll(d, 0o755); err != nil { //nolint:gosec // G301: like libvirt's own cache directory.
+			return err
+		}
+	}
+	if err := syscall.Mount(dir, target, "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting the capabilities cache: %w", err)
+	}
+	l.mounts = append(l.mounts, target)
 	return nil
 }
 
@@ -284,7 +328,15 @@ func (l *Lab) waitLibvirtd() error {
 		if err := l.libvirtd.exited(); err != nil {
 			return err
 		}
-		_, err := l.Virsh("version")
+		// A cheap dial first; virsh only once the socket listens.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		c, err := (&net.Dialer{}).DialContext(ctx, "unix", l.SocketPath)
+		if err != nil {
+			return err
+		}
+		_ = c.Close()
+		_, err = l.Virsh("version")
 		return err
 	})
 }
@@ -355,6 +407,44 @@ LogLevel VERBOSE
 Subsystem sftp internal-sftp
 `, port, hostKey, filepath.Join(sshDir, "sshd.pid"), authorized)
 	return os.WriteFile(filepath.Join(sshDir, "sshd_config"), []byte(conf), 0o600)
+}
+
+// privateHome gives the SSH user a home directory of the lab's own, by
+// bind-mounting over /etc/passwd a copy in which root's home is the lab's.
+// Otherwise the sessions' shells would run the machine's /root dotfiles,
+// which may print, take time or race between concurrent sessions (one such
+// made a session's output carry an error from a shell hook).
+func (l *Lab) privateHome() error {
+	home := filepath.Join(l.Dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return err
+	}
+	b, err := readFile("/etc/passwd")
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(string(b), "\n")
+	found := false
+	for i, line := range lines {
+		f := strings.Split(line, ":")
+		if len(f) == 7 && f[0] == l.SSHUser {
+			f[5] = home
+			lines[i] = strings.Join(f, ":")
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("no %s in /etc/passwd", l.SSHUser)
+	}
+	passwd := filepath.Join(l.Dir, "passwd")
+	if err := os.WriteFile(passwd, []byte(strings.Join(lines, "\n")), 0o644); err != nil { //nolint:gosec // G306: /etc/passwd is world-readable.
+		return err
+	}
+	if err := syscall.Mount(passwd, "/etc/passwd", "", syscall.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind-mounting the lab's passwd: %w", err)
+	}
+	l.mounts = append(l.mounts, "/etc/passwd")
+	return nil
 }
 
 func (l *Lab) waitSSHD() error {
@@ -476,45 +566,29 @@ func (l *Lab) StartLibvirtd() {
 	}
 }
 
-// waitFor polls check until it succeeds, for at most a minute.
+// waitFor polls check (with the tests' one polling helper) until it
+// succeeds, for at most a minute. A daemon that exited ends the wait at once.
 func (l *Lab) waitFor(what string, check func() error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	return Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+	var exited error
+	err := poll.Wait(time.Minute, func() (bool, string) {
 		err := check()
 		var exit *exitError
 		if errors.As(err, &exit) {
-			return false, fmt.Errorf("waiting for %s: %w: %s", what, err, l.daemonLogs())
+			exited = err
+			return true, ""
 		}
-		return err == nil, nil
-	}, func() error {
-		return fmt.Errorf("waiting for %s: %s", what, l.daemonLogs())
-	})
-}
-
-// Poll calls cond every interval until it reports done, returns an error,
-// or ctx ends; then it returns onTimeout's error (or ctx's error when
-// onTimeout is nil).
-func Poll(ctx context.Context, interval time.Duration, cond func() (bool, error), onTimeout func() error) error {
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	for {
-		done, err := cond()
 		if err != nil {
-			return err
+			return false, err.Error()
 		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if onTimeout != nil {
-				return onTimeout()
-			}
-			return ctx.Err()
-		case <-tick.C:
-		}
+		return true, ""
+	})
+	if exited != nil {
+		err = exited
 	}
+	if err != nil {
+		return fmt.Errorf("waiting for %s: %w: %s", what, err, l.daemonLogs())
+	}
+	return nil
 }
 
 // teardown stops everything the lab started and removes its directories.

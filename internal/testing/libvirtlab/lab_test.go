@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 func TestMain(m *testing.M) { Main(m) }
@@ -89,9 +91,14 @@ func TestLab(t *testing.T) {
 	}
 
 	// Through the sshd, with the lab's key and strict host key checking.
-	out, err := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "virsh", "-q", "-c", "qemu:///system", "domstate", "noos").CombinedOutput()
+	// Only stdout counts: a login shell's rc files may write to stderr (a
+	// real host's do too), and the providers read stdout alone.
+	var stderr strings.Builder
+	cmd := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "virsh", "-q", "-c", "qemu:///system", "domstate", "noos")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil || strings.TrimSpace(string(out)) != "running" {
-		t.Fatalf("virsh over ssh: %v: %s", err, out)
+		t.Fatalf("virsh over ssh: %v: %s\nstderr: %s", err, out, stderr.String())
 	}
 	// A forwarded unix stream to the libvirt socket, as kvm2 uses it.
 	local := filepath.Join(l.Dir, "fwd.sock")
@@ -102,12 +109,10 @@ func TestLab(t *testing.T) {
 	fwdDone := make(chan error, 1)
 	go func() { fwdDone <- fwd.Wait() }()
 	defer func() { _ = fwd.Process.Kill() }()
-	if err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+	poll.Until(t, time.Minute, func() (bool, string) {
 		_, err := os.Stat(local)
-		return err == nil, nil
-	}, nil); err != nil {
-		t.Fatalf("the forwarded socket never appeared: %v", err)
-	}
+		return err == nil, fmt.Sprintf("the forwarded socket: %v", err)
+	})
 	out, err = exec.CommandContext(ctx, "virsh", "-q", "-c", "qemu:///system?socket="+local, "domstate", "noos").CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "running" {
 		t.Fatalf("virsh through the forwarded socket: %v: %s", err, out)
@@ -132,11 +137,13 @@ func TestLab(t *testing.T) {
 		_ = c.Close()
 		t.Errorf("sshd still accepts connections after StopSSHD")
 	}
+	fwdTimeout := time.NewTimer(30 * time.Second)
+	defer fwdTimeout.Stop()
 	select {
 	case err := <-fwdDone:
 		t.Logf("the forward ended with StopSSHD: %v", err)
-	case <-ctx.Done():
-		t.Fatalf("the forwarded connection outlived StopSSHD")
+	case <-fwdTimeout.C:
+		t.Fatalf("the forwarded connection outlived StopSSHD by 30 s")
 	}
 	l.StartSSHD()
 	if out, err := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "true").CombinedOutput(); err != nil {

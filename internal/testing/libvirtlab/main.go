@@ -9,11 +9,17 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // nsEnv marks a test process that Main has already moved into the lab's
-// namespaces.
-const nsEnv = "EGRESS_LIBVIRTLAB_NAMESPACE"
+// namespaces; guestImageEnv and guestImageErrEnv carry the guest image's
+// directory, or why it could not be built, from Main into them.
+const (
+	nsEnv            = "EGRESS_LIBVIRTLAB_NAMESPACE"
+	guestImageEnv    = "EGRESS_LIBVIRTLAB_GUEST_IMAGE"
+	guestImageErrEnv = "EGRESS_LIBVIRTLAB_GUEST_IMAGE_ERROR"
+)
 
 // Main runs the package's tests inside a new network namespace and a
 // private mount namespace; call it from TestMain:
@@ -40,7 +46,20 @@ func Main(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run())
 	}
-	if err := enterNamespaces(); err != nil {
+	// The guest image is built here, before the namespaces: inside them
+	// there is no route to the apt sources. Cached, this costs a few
+	// milliseconds; a failure is kept for the Start that needs the image.
+	var imageEnv string
+	began := time.Now()
+	if dir, err := BuildGuestImage(context.Background()); err != nil {
+		imageEnv = guestImageErrEnv + "=" + err.Error()
+	} else {
+		imageEnv = guestImageEnv + "=" + dir
+		if took := time.Since(began); took > time.Second {
+			fmt.Fprintf(os.Stderr, "libvirtlab: built the guest image %s in %s\n", dir, took.Round(time.Second))
+		}
+	}
+	if err := enterNamespaces(imageEnv); err != nil {
 		fmt.Fprintf(os.Stderr, "libvirtlab: %v\n", err)
 		os.Exit(1)
 	}
@@ -48,7 +67,7 @@ func Main(m *testing.M) {
 
 // enterNamespaces replaces the process by the test binary run under unshare;
 // it returns only on failure.
-func enterNamespaces() error {
+func enterNamespaces(extraEnv ...string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("the libvirt lab needs root (network and mount namespaces, bridges, a system libvirtd); run the tests as root")
 	}
@@ -61,7 +80,7 @@ func enterNamespaces() error {
 		return fmt.Errorf("finding the test binary: %w", err)
 	}
 	args := append([]string{"unshare", "--net", "--mount", "--propagation", "private", "--", self}, os.Args[1:]...)
-	env := append(os.Environ(), nsEnv+"=1")
+	env := append(append(os.Environ(), nsEnv+"=1"), extraEnv...)
 	if err := syscall.Exec(unshare, args, env); err != nil { //nolint:gosec // G204, G702: re-executes this very test binary with its own arguments.
 		return fmt.Errorf("re-executing the tests under unshare: %w", err)
 	}

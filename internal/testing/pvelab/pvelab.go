@@ -67,6 +67,10 @@ type Options struct {
 	PollInterval time.Duration
 	// Dir receives the token and CA files; it must exist.
 	Dir string
+	// ProbeCheckURL, when set, is the entry's probe.checkURL: an IP-echo
+	// URL the operator fetches through each proxy to learn its egress
+	// address.
+	ProbeCheckURL string
 }
 
 // Lab is a running simulated cluster.
@@ -151,13 +155,17 @@ func (l *Lab) providersYAML(o Options, token, ca string) string {
 	if o.PollInterval > 0 {
 		budgets = fmt.Sprintf("\n      budgets: {pollInterval: %s}", o.PollInterval)
 	}
+	probe := ""
+	if o.ProbeCheckURL != "" {
+		probe = fmt.Sprintf("\n    probe: {checkURL: %q}", o.ProbeCheckURL)
+	}
 	return fmt.Sprintf(`
 providers:
   - name: %s
     type: proxmox
     zones: [%s]
     machineTypes: [{name: %s, cpus: 1, memoryMiB: 512}]
-    images: [%s]
+    images: [%s]%s
     proxmox:
       apiURL: %s
       tokenFile: %s
@@ -166,7 +174,7 @@ providers:
       images: {%s: {templateVMID: 9000}}
       isoStorage: seeds
       acceptLoopbackAddresses: true%s
-`, EntryName, strings.Join(l.Zones, ", "), MachineType, Image, l.APIURL, token, ca, strings.Join(placement, ", "), Image, budgets)
+`, EntryName, strings.Join(l.Zones, ", "), MachineType, Image, probe, l.APIURL, token, ca, strings.Join(placement, ", "), Image, budgets)
 }
 
 // Clones returns the VMs that are not templates.
@@ -189,6 +197,14 @@ func (l *Lab) SeedLeft(instanceName string) bool {
 		}
 	}
 	return false
+}
+
+// StopGuestProxy stops the proxy of a running guest while its VM keeps
+// running, as a crashed proxy daemon would. It needs Options.Guests.
+func (l *Lab) StopGuestProxy(vmid int) {
+	if l.runner != nil {
+		l.runner.Stop(pvesim.Guest{VMID: vmid})
+	}
 }
 
 // Close stops the guests and the simulator.

@@ -1,0 +1,184 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+)
+
+// Keys of the published list, in the Secret <pool>-proxies (with
+// credentials) and the ConfigMap <pool>-proxies (without).
+const (
+	ListKeyText = "proxies.txt"
+	ListKeyJSON = "proxies.json"
+)
+
+// ListName is the name of a pool's published Secret and ConfigMap.
+func ListName(pool string) string { return pool + "-proxies" }
+
+// ListEntry is one line of proxies.json. A reader computes a member's age
+// from Created: an age field would change the list every second and wake
+// every reader for nothing.
+type ListEntry struct {
+	// Name is the member Proxy.
+	Name string `json:"name"`
+	// URL is http://user:password@address:port in the Secret, and
+	// http://address:port in the ConfigMap.
+	URL string `json:"url"`
+	// Provider and Zone are where the member runs.
+	Provider string `json:"provider"`
+	Zone     string `json:"zone"`
+	// EgressIP is the address the world sees, when the probe has a check
+	// URL.
+	EgressIP string `json:"egressIP,omitempty"`
+	// Created is when the member was created.
+	Created time.Time `json:"created"`
+}
+
+// listedMember is a member in the published list.
+type listedMember struct {
+	name, egressIP string
+}
+
+// renderList returns proxies.txt and proxies.json of the entries.
+func renderList(entries []ListEntry) (txt, js []byte) {
+	var b bytes.Buffer
+	for _, e := range entries {
+		b.WriteString(e.URL)
+		b.WriteByte('\n')
+	}
+	if entries == nil {
+		entries = []ListEntry{}
+	}
+	js, _ = json.MarshalIndent(entries, "", "  ") //nolint:errchkjson // strings and a time always marshal.
+	return b.Bytes(), append(js, '\n')
+}
+
+// publish writes the Serving members (those not leaving) to the pool's
+// Secret and ConfigMap. Each is written with one update of its whole data,
+// so a reader sees the old list or the new one, never half of each; a
+// mounted Secret is swapped atomically by the kubelet. It returns the
+// members listed, and whether a member's credentials were not yet readable
+// (the caller looks again soon).
+func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.ProxyPool, proxies []crawlv1alpha1.Proxy, leaving map[string]bool) ([]listedMember, bool, error) {
+	var withCreds, without []ListEntry
+	var listed []listedMember
+	retry := false
+	for i := range proxies {
+		p := &proxies[i]
+		if !isServing(p) || leaving[p.Name] {
+			continue
+		}
+		host := net.JoinHostPort(p.Status.Address, strconv.Itoa(int(p.Spec.Port)))
+		plain := url.URL{Scheme: "http", Host: host}
+		full := plain
+		if p.Status.CredentialsSecretName != "" {
+			var s corev1.Secret
+			err := r.Client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Status.CredentialsSecretName}, &s)
+			if err != nil || len(s.Data[secretKeyUsername]) == 0 || len(s.Data[secretKeyPassword]) == 0 {
+				// Leave it out rather than publish a URL that would be
+				// refused with 407.
+				retry = true
+				continue
+			}
+			full.User = url.UserPassword(string(s.Data[secretKeyUsername]), string(s.Data[secretKeyPassword]))
+		}
+		e := ListEntry{Name: p.Name, URL: full.String(), Provider: p.Spec.Provider, Zone: p.Status.Zone, EgressIP: p.Status.EgressIP, Created: p.CreationTimestamp.UTC()}
+		withCreds = append(withCreds, e)
+		e.URL = plain.String()
+		without = append(without, e)
+		listed = append(listed, listedMember{name: p.Name, egressIP: p.Status.EgressIP})
+	}
+	txt, js := renderList(withCreds)
+	changedSecret, err := r.writeListObject(ctx, pool, &corev1.Secret{Type: corev1.SecretTypeOpaque}, txt, js)
+	if err != nil {
+		return nil, false, err
+	}
+	txt, js = renderList(without)
+	changedCM, err := r.writeListObject(ctx, pool, &corev1.ConfigMap{}, txt, js)
+	if err != nil {
+		return nil, false, err
+	}
+	if changedSecret || changedCM {
+		r.event(pool, corev1.EventTypeNormal, eventPublishedListUpdated, "Publish", "The published list has %d proxies", len(listed))
+	}
+	return listed, retry, nil
+}
+
+// writeListObject creates or updates the pool's Secret or ConfigMap with the
+// two keys. It reports whether it wrote anything. An object of that name
+// that the pool does not control is never changed.
+func (r *ProxyPoolReconciler) writeListObject(ctx context.Context, pool *crawlv1alpha1.ProxyPool, obj client.Object, txt, js []byte) (bool, error) {
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: ListName(pool.Name)}
+	kind := "ConfigMap"
+	if _, ok := obj.(*corev1.Secret); ok {
+		kind = "Secret"
+	}
+	err := r.Client.Get(ctx, key, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		obj.SetNamespace(key.Namespace)
+		obj.SetName(key.Name)
+		obj.SetLabels(map[string]string{labelManagedBy: labelManagedByValue, crawlv1alpha1.LabelPool: pool.Name})
+		setListData(obj, txt, js)
+		if err := controllerutil.SetControllerReference(pool, obj, r.Client.Scheme()); err != nil {
+			return false, fmt.Errorf("owning the list %s: %w", kind, err)
+		}
+		if err := r.Client.Create(ctx, obj); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return false, fmt.Errorf("the list %s %s exists and is not managed by this pool (the operator never changes it; delete or rename it)", kind, key.Name)
+			}
+			return false, fmt.Errorf("creating the list %s: %w", kind, err)
+		}
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading the list %s: %w", kind, err)
+	}
+	if !metav1.IsControlledBy(obj, pool) {
+		return false, fmt.Errorf("the list %s %s exists and is not controlled by this pool (the operator never changes it; delete or rename it)", kind, key.Name)
+	}
+	if listDataEqual(obj, txt, js) {
+		return false, nil
+	}
+	setListData(obj, txt, js)
+	// Update, not patch: the whole data in one write, guarded by the
+	// resourceVersion we read.
+	if err := r.Client.Update(ctx, obj); err != nil {
+		return false, fmt.Errorf("updating the list %s: %w", kind, err)
+	}
+	return true, nil
+}
+
+func setListData(obj client.Object, txt, js []byte) {
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		o.Data = map[string][]byte{ListKeyText: txt, ListKeyJSON: js}
+		o.StringData = nil
+	case *corev1.ConfigMap:
+		o.Data = map[string]string{ListKeyText: string(txt), ListKeyJSON: string(js)}
+	}
+}
+
+func listDataEqual(obj client.Object, txt, js []byte) bool {
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		return len(o.Data) == 2 && bytes.Equal(o.Data[ListKeyText], txt) && bytes.Equal(o.Data[ListKeyJSON], js)
+	case *corev1.ConfigMap:
+		return len(o.Data) == 2 && o.Data[ListKeyText] == string(txt) && o.Data[ListKeyJSON] == string(js)
+	}
+	return false
+}

@@ -1,0 +1,77 @@
+package probe
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Fake is a Prober for tests: every proxy passes, with an egress address of
+// its own derived from its address, unless a test says otherwise with
+// Fail, Egress or Pass. It records the targets it probed.
+type Fake struct {
+	mu      sync.Mutex
+	failing map[string]error
+	egress  map[string]netip.Addr
+	probed  map[string]int
+}
+
+var _ Prober = (*Fake)(nil)
+
+// NewFake returns a Fake where every proxy passes.
+func NewFake() *Fake {
+	return &Fake{failing: map[string]error{}, egress: map[string]netip.Addr{}, probed: map[string]int{}}
+}
+
+// Fail makes probes of the proxy at address (host:port) fail with err.
+func (f *Fake) Fail(address string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failing[address] = err
+}
+
+// Pass undoes Fail.
+func (f *Fake) Pass(address string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.failing, address)
+}
+
+// Egress makes the proxy at address report ip as its egress address.
+func (f *Fake) Egress(address string, ip netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.egress[address] = ip
+}
+
+// Probed returns how many times the proxy at address was probed.
+func (f *Fake) Probed(address string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.probed[address]
+}
+
+// Probe implements Prober. Without a check URL it reports no egress address,
+// as the real one does; with one, the address set by Egress, or else the
+// proxy's own host.
+func (f *Fake) Probe(ctx context.Context, t Target) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.probed[t.Address]++
+	if err := f.failing[t.Address]; err != nil {
+		return Result{}, err
+	}
+	res := Result{Latency: time.Millisecond}
+	if t.CheckURL != "" {
+		if ip, ok := f.egress[t.Address]; ok {
+			res.EgressIP = ip
+		} else if ap, err := netip.ParseAddrPort(t.Address); err == nil {
+			res.EgressIP = ap.Addr()
+		}
+	}
+	return res, nil
+}
