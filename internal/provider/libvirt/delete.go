@@ -13,7 +13,7 @@ import (
 // seed, undefine (with NVRAM and managed save), one step per call,
 // InProgress between steps. The domain is undefined last, so that a
 // restarted operator still finds its volumes through it. A domain at the
-// name without the operator's mark is left alone and counts as gone.
+// name without the operator's mark is refused (Permanent) and left alone.
 func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	h, name, err := p.parseID(id)
 	if err != nil {
@@ -42,8 +42,8 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 		return classify(fmt.Sprintf("reading domain %s on host %s", name, h.Name), err)
 	}
 	if !f.Marked {
-		p.forget(h.Name, name)
-		return nil
+		return provider.NewPermanent(fmt.Errorf("domain %s on host %s does not carry the operator's mark: refusing to delete it", name, h.Name),
+			"the domain is not the operator's; remove it by hand if it should go, or clear the Proxy's instance id")
 	}
 	gone, err := p.removeStep(ctx, h, d, f)
 	if err != nil {
