@@ -96,7 +96,12 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 				AddressSource: source,
 				DomainType:    "qemu",
 				SerialLogDir:  l.SerialDir,
-				Budgets:       libvirt.Budgets{PollInterval: &metav1.Duration{Duration: time.Second}},
+				Budgets: libvirt.Budgets{
+					PollInterval: &metav1.Duration{Duration: time.Second},
+					// A TCG guest on a busy machine powers off slowly; it must,
+					// to release its lease.
+					Shutdown: &metav1.Duration{Duration: 3 * time.Minute},
+				},
 			},
 		}
 	}
@@ -211,7 +216,17 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		if err != nil || withCreds.User == nil {
 			t.Fatalf("%s: the Secret's url %v is not a URL with credentials", e, err)
 		}
-		if code, body := get(ctx, withCreds, target); code != http.StatusOK || body != greeting {
+		// Ready means the instance runs with an address; tinyproxy starts at
+		// the end of cloud-init, a little later under TCG.
+		var code int
+		var body string
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); waitABit(ctx, 2*time.Second) {
+			if code, body = get(ctx, withCreds, target); code == http.StatusOK {
+				break
+			}
+		}
+		t.Logf("%s: serving %s after the first create", e, time.Since(created).Round(time.Second))
+		if code != http.StatusOK || body != greeting {
 			t.Errorf("%s: through the proxy with the Secret's credentials: %d %q, want 200 %q", e, code, body, greeting)
 		}
 		bare := *withCreds
@@ -247,7 +262,8 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.Eventually(t, 3*time.Minute, func() (bool, string) {
+	deleted := time.Now()
+	testenv.Eventually(t, 8*time.Minute, func() (bool, string) {
 		for _, e := range entries {
 			err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-" + e}, &crawlv1alpha1.Proxy{})
 			if !apierrors.IsNotFound(err) {
@@ -256,6 +272,7 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		}
 		return true, ""
 	})
+	t.Logf("both Proxies deleted in %s", time.Since(deleted).Round(time.Second))
 	doms, _ := l.Virsh("list", "--all", "--name")
 	_, _ = l.Virsh("pool-refresh", "--pool", l.Pool)
 	vols, _ := l.Virsh("vol-list", "--pool", l.Pool)

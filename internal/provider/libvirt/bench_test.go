@@ -60,7 +60,7 @@ func BenchmarkKVM2Resync(b *testing.B) {
 	}
 	b.Logf("created %d running domains in %s with %.1f libvirt calls each", n, time.Since(start).Round(time.Millisecond),
 		float64(p.Calls()-startCalls)/float64(n))
-	poll := e.Block.(*Block).PollInterval() //nolint:forcetypeassert // benchEntry's block.
+	poll := blockOf(b, e).PollInterval()
 	resync := func() {
 		for _, id := range ids {
 			if _, err := p.Get(ctx, id); err != nil {
@@ -111,7 +111,7 @@ func BenchmarkKVM2RealGuest(b *testing.B) {
 	e := benchEntry(b, l)
 	e.Images = []string{"debian"}
 	e.MachineTypes[0].MemoryMiB = 512
-	blk := e.Block.(*Block) //nolint:forcetypeassert // benchEntry's block.
+	blk := blockOf(b, e)
 	blk.Images = map[string]Image{"debian": {Volume: l.BaseImageVolume, Kernel: l.Kernel, Initrd: l.Initrd, Cmdline: l.KernelCmdline}}
 	blk.Budgets.PollInterval = &metav1.Duration{Duration: time.Second}
 	p, err := New(Options{Entry: e})
@@ -180,6 +180,6 @@ func sleepCtx(b *testing.B, d time.Duration) {
 func benchEntry(b *testing.B, l *libvirtlab.Lab) *config.Entry {
 	b.Helper()
 	e := labEntry(b, l, TypeKVM2)
-	e.Block.(*Block).Budgets.PollInterval = &metav1.Duration{Duration: 500 * time.Millisecond} //nolint:forcetypeassert // labEntry's block.
+	blockOf(b, e).Budgets.PollInterval = &metav1.Duration{Duration: 500 * time.Millisecond}
 	return e
 }

@@ -32,7 +32,7 @@ func TestCheck(t *testing.T) {
 				}
 				return vs[0]
 			}
-			block := func(e *config.Entry) *Block { return e.Block.(*Block) } //nolint:forcetypeassert // labEntry's block.
+			block := func(e *config.Entry) *Block { return blockOf(t, e) }
 
 			t.Run("healthy host is OK", func(t *testing.T) {
 				v := check(t, labEntry(t, l, typ))

@@ -233,6 +233,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, fd found) (provider.ID,
 			fmt.Sprintf("wake it (virsh dompmwakeup %s) or destroy it (virsh destroy %s) so the operator replaces it", name, name))
 	case stateShutdown, stateCrashed:
 		return "", provider.NewTransient(fmt.Errorf("domain %s on host %s is %s", name, h.Name, d.State))
+	case stateNone, stateShutoff:
 	}
 	// Shut off: stage the disk and the seed, then start.
 	if done, err := p.stageDisk(ctx, pl, h); err != nil || !done {

@@ -37,6 +37,7 @@ func (s domState) String() string {
 		return "crashed"
 	case statePMSuspended:
 		return "pmsuspended"
+	case stateNone:
 	}
 	return "no state"
 }

@@ -55,7 +55,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		p.dropAddr(h.Name, name)
 		inst.State = provider.StateStopped
 		return inst, nil
-	default:
+	case stateNone, stateShutdown:
 		inst.State = provider.StateProvisioning
 		return inst, nil
 	}
@@ -114,19 +114,22 @@ func (p *Provider) address(ctx context.Context, h Host, name string, f domainFac
 	return netip.Addr{}, nil
 }
 
-var leaseFlights sync.Map // *Provider/host -> *sync.Mutex
-
 // networkLeases returns the host network's leases, read at most once per
 // poll interval for all domains waiting for an address.
 func (p *Provider) networkLeases(ctx context.Context, h Host) ([]lease, error) {
-	m, _ := leaseFlights.LoadOrStore(fmt.Sprintf("%p/%s", p, h.Name), &sync.Mutex{})
-	mu := m.(*sync.Mutex) //nolint:forcetypeassert // only *sync.Mutex is stored.
+	p.mu.Lock()
+	mu, ok := p.leaseLocks[h.Name]
+	if !ok {
+		mu = &sync.Mutex{}
+		p.leaseLocks[h.Name] = mu
+	}
+	p.mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	p.mu.Lock()
-	e, ok := p.leases[h.Name]
+	e, cached := p.leases[h.Name]
 	p.mu.Unlock()
-	if ok && p.now().Sub(e.at) < p.poll() {
+	if cached && p.now().Sub(e.at) < p.poll() {
 		return e.leases, nil
 	}
 	ls, err := p.drv.leases(ctx, h, p.block.Network)
@@ -225,7 +228,7 @@ func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, e
 			p.mu.Unlock()
 		case stateShutoff, stateCrashed, statePaused, statePMSuspended:
 			inst.State = provider.StateStopped
-		default:
+		case stateNone, stateShutdown:
 			inst.State = provider.StateProvisioning
 		}
 		out = append(out, inst)

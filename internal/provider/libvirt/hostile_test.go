@@ -17,7 +17,7 @@ func TestShellQuotingHostileNames(t *testing.T) {
 	l := startLab(t)
 	e := labEntry(t, l, TypeKVM)
 	p := newProvider(t, e)
-	h := e.Block.(*Block).Hosts[0] //nolint:forcetypeassert // labEntry's block.
+	h := blockOf(t, e).Hosts[0]
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "pwned")
 	hostile := []struct {

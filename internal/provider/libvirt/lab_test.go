@@ -73,6 +73,16 @@ func labEntry(t testing.TB, l *libvirtlab.Lab, typ string) *config.Entry {
 	}
 }
 
+// blockOf is the libvirt block of an entry labEntry made.
+func blockOf(t testing.TB, e *config.Entry) *Block {
+	t.Helper()
+	b, ok := e.Block.(*Block)
+	if !ok {
+		t.Fatalf("entry %s has a %T block", e.Name, e.Block)
+	}
+	return b
+}
+
 func newProvider(t *testing.T, e *config.Entry) *Provider {
 	t.Helper()
 	p, err := New(Options{Entry: e})

@@ -49,7 +49,8 @@ type Provider struct {
 	started map[string]bool       // by name: started by this process
 	pools   map[string]poolFacts  // by host: the pool's definition
 
-	shutdowns map[string]time.Time // by shutdown/host/name: when Delete asked the guest to power off
+	shutdowns  map[string]time.Time   // by shutdown/host/name: when Delete asked the guest to power off
+	leaseLocks map[string]*sync.Mutex // by host: one leases read at a time
 }
 
 type factsEntry struct {
@@ -121,7 +122,7 @@ func New(o Options) (*Provider, error) {
 		entry: o.Entry, block: b, drv: drv, now: now,
 		caches: map[string]*hostCache{},
 		facts:  map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
-		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{},
+		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},
 	}, nil
 }
 

@@ -21,7 +21,8 @@ type sshPool struct {
 	block *Block
 
 	mu    sync.Mutex
-	conns map[string]*sshConn // by host name
+	conns map[string]*sshConn    // by host name
+	dials map[string]*sync.Mutex // by host name: one dial at a time
 }
 
 // sshConn is one live connection and the signal of its end.
@@ -40,7 +41,7 @@ func (c *sshConn) alive() bool {
 }
 
 func newSSHPool(b *Block) *sshPool {
-	return &sshPool{block: b, conns: map[string]*sshConn{}}
+	return &sshPool{block: b, conns: map[string]*sshConn{}, dials: map[string]*sync.Mutex{}}
 }
 
 // client returns a live connection to the host, dialling when there is none.
@@ -74,11 +75,14 @@ func (p *sshPool) client(ctx context.Context, h Host) (*sshConn, error) {
 	return c, nil
 }
 
-var dialLocks sync.Map // host pool+name -> *sync.Mutex
-
 func (p *sshPool) lockHost(name string) func() {
-	m, _ := dialLocks.LoadOrStore(fmt.Sprintf("%p/%s", p, name), &sync.Mutex{})
-	mu := m.(*sync.Mutex) //nolint:forcetypeassert // only *sync.Mutex is stored.
+	p.mu.Lock()
+	mu, ok := p.dials[name]
+	if !ok {
+		mu = &sync.Mutex{}
+		p.dials[name] = mu
+	}
+	p.mu.Unlock()
 	mu.Lock()
 	return mu.Unlock
 }

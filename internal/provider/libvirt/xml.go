@@ -15,9 +15,6 @@ import (
 // the tools that edit the description a human sees.
 const MarkNamespace = "https://github.com/egress-proxies/egress-proxies-operator/xmlns/instance/v1"
 
-// markPrefix is the prefix libvirt stores the mark under.
-const markPrefix = "epo"
-
 // mark is what the operator records on a domain it created.
 type mark struct {
 	OwnerUID  string
@@ -93,8 +90,8 @@ func domainXML(s domainSpec) (string, error) {
 		Type:     s.DomainType,
 		Name:     s.Name,
 		Metadata: &libvirtxml.DomainMetadata{XML: me},
-		Memory:   &libvirtxml.DomainMemory{Value: uint(s.MemoryMiB), Unit: "MiB"}, //nolint:gosec // G115: validated positive.
-		VCPU:     &libvirtxml.DomainVCPU{Value: uint(s.Cores)},                    //nolint:gosec // G115: validated positive.
+		Memory:   &libvirtxml.DomainMemory{Value: uint(s.MemoryMiB), Unit: "MiB"},
+		VCPU:     &libvirtxml.DomainVCPU{Value: uint(s.Cores)},
 		OS: &libvirtxml.DomainOS{
 			Type:    &libvirtxml.DomainOSType{Arch: "x86_64", Machine: s.Machine, Type: "hvm"},
 			Kernel:  s.Image.Kernel,
@@ -155,7 +152,7 @@ func nic(s domainSpec) libvirtxml.DomainInterface {
 		n.Source = &libvirtxml.DomainInterfaceSource{Bridge: &libvirtxml.DomainInterfaceSourceBridge{Bridge: s.Bridge}}
 	}
 	if s.VLANTag != 0 {
-		n.VLan = &libvirtxml.DomainInterfaceVLan{Tags: []libvirtxml.DomainInterfaceVLanTag{{ID: uint(s.VLANTag)}}} //nolint:gosec // G115: validated 1-4094.
+		n.VLan = &libvirtxml.DomainInterfaceVLan{Tags: []libvirtxml.DomainInterfaceVLanTag{{ID: uint(s.VLANTag)}}}
 	}
 	return n
 }
@@ -331,5 +328,5 @@ func parsePool(doc string) (poolFacts, error) {
 // domain first.
 func macFor(ownerUID, name string) string {
 	h := hash64(ownerUID, name)
-	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", byte(h>>16), byte(h>>8), byte(h))
+	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", (h>>16)&0xff, (h>>8)&0xff, h&0xff)
 }
