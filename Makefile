@@ -17,15 +17,18 @@ all: build
 
 .PHONY: help
 help: ## Show the targets.
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-26s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Development
 
-.PHONY: generate
-generate: ## Regenerate deepcopy code, CRDs and RBAC from the Go types and markers.
-	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+.PHONY: manifests
+manifests: ## Regenerate the CRDs and RBAC (config/crd, config/rbac) from the Go types and markers.
 	$(CONTROLLER_GEN) crd rbac:roleName=manager-role paths=./... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: manifests ## Regenerate the deepcopy code of api/ (and, through manifests, the CRDs and RBAC).
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files are not current (run `make generate` and commit).
@@ -63,6 +66,10 @@ test: verify-generated vet libvirt-world ## Everything CI runs: generated files 
 libvirt-world: ## Install the libvirt test world's Debian packages (when missing) and build (once, cached) the real guest image.
 	@hack/libvirt/install-packages.sh
 	@hack/libvirt/build-guest-image.sh >/dev/null
+
+.PHONY: test-integration-proxmox
+test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and companions, docs/testing.md); they skip without PROXMOX_TEST_URL.
+	$(GO) test -tags=integration -race -timeout 30m -count=1 -run TestProxmox -v ./internal/provider/proxmox/
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases skip).
@@ -122,6 +129,39 @@ bench: ## Measure API calls, convergence and memory of the proxmox provider agai
 	  *) assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench $(ARGS) ;; \
 	esac
 
-.PHONY: proxmox-secret
-proxmox-secret: ## Create the Proxmox token/CA Secret from TOKEN_FILE and CA_FILE after checking their shape (never prints the token).
-	hack/proxmox-secret.sh "$(TOKEN_FILE)" "$(CA_FILE)" $(NAMESPACE)
+# Targets that talk to a cluster use the current kubeconfig context and fail
+# at once, with a message, when kubectl or the cluster is missing.
+KUBECTL        ?= kubectl
+# The operator's namespace: where the credential Secrets go.
+NAMESPACE      ?= egress-proxies-system
+
+.PHONY: install
+install: ## Install the CRDs into the cluster of the current kubeconfig (KUBECTL).
+	@KUBECTL="$(KUBECTL)" hack/require-cluster.sh install
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) apply --server-side -f -
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs, and with them every Proxy and ProviderHealth, from the cluster (KUBECTL).
+	@KUBECTL="$(KUBECTL)" hack/require-cluster.sh uninstall
+	$(KUSTOMIZE) build config/crd | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: deploy
+deploy: ## Deploy the operator with the image IMG into the cluster (KUBECTL): config/default, as build-installer renders it.
+	@KUBECTL="$(KUBECTL)" hack/require-cluster.sh deploy
+	$(MAKE) --no-print-directory build-installer IMG=$(IMG)
+	$(KUBECTL) apply --server-side -f dist/install.yaml
+
+.PHONY: undeploy
+undeploy: ## Remove the operator and its CRDs from the cluster (KUBECTL); Secrets created by the targets below stay.
+	@KUBECTL="$(KUBECTL)" hack/require-cluster.sh undeploy
+	$(KUSTOMIZE) build config/default | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: proxmox-token-secret
+proxmox-token-secret: ## Create the Secret proxmox-token from PROXMOX_TOKEN_FILE and PROXMOX_CA_FILE after checking them (KUBECTL; never prints the token).
+	@PROXMOX_TOKEN_FILE="$(PROXMOX_TOKEN_FILE)" PROXMOX_CA_FILE="$(PROXMOX_CA_FILE)" KUBECTL="$(KUBECTL)" NAMESPACE="$(NAMESPACE)" \
+		hack/proxmox-token-secret.sh
+
+.PHONY: kvm-ssh-secret
+kvm-ssh-secret: ## Create the Secret kvm-ssh from KVM_SSH_KEY_FILE (and KVM_SSH_KNOWN_HOSTS_FILE) after checking it holds a PRIVATE KEY (KUBECTL; never prints it).
+	@KVM_SSH_KEY_FILE="$(KVM_SSH_KEY_FILE)" KVM_SSH_KNOWN_HOSTS_FILE="$(KVM_SSH_KNOWN_HOSTS_FILE)" KUBECTL="$(KUBECTL)" NAMESPACE="$(NAMESPACE)" \
+		hack/kvm-ssh-secret.sh

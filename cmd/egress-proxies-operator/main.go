@@ -73,7 +73,7 @@ func main() {
 	}
 	var f flags
 	fs := flag.CommandLine
-	fs.StringVar(&f.providersConfig, "providers-config", "/etc/egress-proxies/providers.yaml", "Path of the providers configuration (YAML).")
+	fs.StringVar(&f.providersConfig, "providers-config", "/etc/proxy-operator/config/providers.yaml", "Path of the providers configuration (YAML).")
 	fs.StringVar(&f.metricsAddr, "metrics-bind-address", "0", "Address of the metrics endpoint, for example :8443 (secure) or :8080; 0 disables it.")
 	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the liveness and readiness probes.")

@@ -20,7 +20,7 @@ func TestRunRefusesAnInvalidConfig(t *testing.T) {
 		{
 			name:   "unknown type",
 			reason: "a type this binary does not know cannot be served",
-			yaml:   "providers:\n- name: lab\n  type: nosuchtype\n  zones: [a]\n  machineTypes: [{name: s, cpus: 1, memoryMiB: 512}]\n  images: [debian-12]\n",
+			yaml:   "providers:\n- name: lab\n  type: nosuchtype\n  zones: [a]\n  machineTypes: {s: {cores: 1, memoryMiB: 512}}\n  images: [debian-12]\n",
 			want:   []string{`providers[lab].type: Unsupported value: "nosuchtype": supported values: "kubernetes"`},
 		},
 		{

@@ -40,6 +40,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
 
@@ -98,7 +99,10 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
-	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 3, Speed: o.speed, Guests: true, PollInterval: 500 * time.Millisecond, Dir: dir})
+	echo := startIPEcho()
+	defer echo.Close()
+	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 3, Speed: o.speed, Guests: true, PollInterval: 500 * time.Millisecond, Dir: dir,
+		ProbeCheckURL: echo.URL + "/ip"})
 	if err != nil {
 		return err
 	}
@@ -108,7 +112,8 @@ func run(ctx context.Context, o options) error {
 
 	stopOperator, err := lab.StartOperator(ctx, pvelab.OperatorOptions{
 		RestConfig: restCfg, Scheme: scheme,
-		Controller: controller.Options{PollInterval: 500 * time.Millisecond, ResyncInterval: 10 * time.Second, HealthInterval: 5 * time.Second},
+		Controller: controller.Options{PollInterval: 500 * time.Millisecond, ResyncInterval: 10 * time.Second, HealthInterval: 5 * time.Second,
+			Prober: &probe.HTTP{}, ProbeInterval: time.Second, PoolResyncInterval: 2 * time.Second},
 	})
 	if err != nil {
 		return err
@@ -160,9 +165,13 @@ func run(ctx context.Context, o options) error {
 	}
 	say("egress-3 is gone; VMs left on the cluster: %s", strings.Join(vms, ", "))
 
+	if err := poolDemo(ctx, o.out, k8s, ns, lab.Zones); err != nil {
+		return fmt.Errorf("the pool: %w", err)
+	}
+
 	if o.wait {
 		say("everything keeps running; look around with:")
-		_, _ = fmt.Fprintf(o.out, "    export KUBECONFIG=%s\n    kubectl get proxies -A -o wide\n    kubectl get providerhealths\n"+
+		_, _ = fmt.Fprintf(o.out, "    export KUBECONFIG=%s\n    kubectl get proxies -A -o wide\n    kubectl get proxypools -A\n    kubectl get providerhealths\n"+
 			"    kubectl get events -n %s\n    kubectl delete proxy -n %s egress-2   # and watch its VM go\n", kubeconfig, ns, ns)
 		say("press Ctrl-C to stop and clean up")
 		<-ctx.Done()

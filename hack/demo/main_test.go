@@ -25,7 +25,8 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 	if err := run(ctx, options{speed: 100, out: &out}); err != nil {
 		t.Fatalf("demo failed: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"3 of 3 Ready", `200 OK "hello from the origin`, "egress-3 is gone", "done; everything is cleaned up"} {
+	for _, want := range []string{"3 of 3 Ready", `200 OK "hello from the origin`, "egress-3 is gone",
+		"Desired 4 Ready 4 Serving 4", "rotation done; Serving never below 4", "the first line of proxies.txt", "done; everything is cleaned up"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())
 		}

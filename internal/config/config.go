@@ -53,8 +53,9 @@ type Entry struct {
 	Type string `json:"type"`
 	// Zones are the zones proxies can ask for.
 	Zones []string `json:"zones"`
-	// MachineTypes are the instance sizes proxies can ask for.
-	MachineTypes []MachineType `json:"machineTypes"`
+	// MachineTypes are the instance sizes proxies can ask for, keyed by the
+	// name Proxy.spec.machineType refers to.
+	MachineTypes map[string]MachineType `json:"machineTypes"`
 	// Images are the operating system images proxies can ask for; the block
 	// maps each to something the provider knows (a template, a file, ...).
 	Images []string `json:"images"`
@@ -65,12 +66,14 @@ type Entry struct {
 	Block Block `json:"-"`
 }
 
-// MachineType is one instance size.
+// MachineType is one instance size, written as a value of the machineTypes
+// map: `medium: {cores: 2, memoryMiB: 2048, diskGiB: 10}`.
 type MachineType struct {
-	// Name is what Proxy.spec.machineType refers to.
-	Name string `json:"name"`
-	// CPUs is the number of virtual CPUs.
-	CPUs int `json:"cpus"`
+	// Name is the machine type's key in the map, filled in by Parse; it is
+	// not a key of the file.
+	Name string `json:"-"`
+	// Cores is the number of virtual CPU cores.
+	Cores int `json:"cores"`
 	// MemoryMiB is the memory in MiB.
 	MemoryMiB int `json:"memoryMiB"`
 	// DiskGiB is the root disk size in GiB; 0 keeps the image's size.
@@ -80,7 +83,7 @@ type MachineType struct {
 // Limits of the catalogues, chosen to catch typos (memory in GiB instead of
 // MiB) rather than to police sizes.
 const (
-	maxCPUs      = 256
+	maxCores     = 256
 	minMemoryMiB = 64
 	maxMemoryMiB = 4 << 20
 	maxDiskGiB   = 64 << 10
@@ -163,6 +166,11 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 	if err := decodeStrict(cb, &e); err != nil {
 		return nil, field.ErrorList{field.Invalid(idx, "", err.Error())}
 	}
+	// A machine type's name is its key in the map.
+	for name, mt := range e.MachineTypes {
+		mt.Name = name
+		e.MachineTypes[name] = mt
+	}
 	path := idx
 	if e.Name != "" {
 		path = field.NewPath("providers").Key(e.Name)
@@ -241,21 +249,14 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 
 	mtPath := path.Child("machineTypes")
 	if len(e.MachineTypes) == 0 {
-		errs = append(errs, field.Required(mtPath, "at least one machine type, such as {name: small, cpus: 1, memoryMiB: 512}"))
+		errs = append(errs, field.Required(mtPath, "at least one machine type, such as {small: {cores: 1, memoryMiB: 512}}"))
 	}
-	seen := map[string]bool{}
-	for i, mt := range e.MachineTypes {
-		p := mtPath.Index(i)
-		if mt.Name != "" {
-			p = mtPath.Key(mt.Name)
-		}
-		errs = append(errs, ValidateName(p.Child("name"), mt.Name)...)
-		if seen[mt.Name] && mt.Name != "" {
-			errs = append(errs, field.Duplicate(p.Child("name"), mt.Name))
-		}
-		seen[mt.Name] = true
-		if mt.CPUs < 1 || mt.CPUs > maxCPUs {
-			errs = append(errs, field.Invalid(p.Child("cpus"), mt.CPUs, fmt.Sprintf("must be between 1 and %d", maxCPUs)))
+	for _, name := range sortedKeys(e.MachineTypes) {
+		mt := e.MachineTypes[name]
+		p := mtPath.Key(name)
+		errs = append(errs, ValidateName(p, name)...)
+		if mt.Cores < 1 || mt.Cores > maxCores {
+			errs = append(errs, field.Invalid(p.Child("cores"), mt.Cores, fmt.Sprintf("must be between 1 and %d", maxCores)))
 		}
 		if mt.MemoryMiB < minMemoryMiB || mt.MemoryMiB > maxMemoryMiB {
 			errs = append(errs, field.Invalid(p.Child("memoryMiB"), mt.MemoryMiB,
@@ -268,6 +269,9 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 	}
 	return errs
 }
+
+// MachineTypeNames returns the names of the entry's machine types, sorted.
+func (e *Entry) MachineTypeNames() []string { return sortedKeys(e.MachineTypes) }
 
 func validateNames(path *field.Path, names []string, what string) field.ErrorList {
 	if len(names) == 0 {
@@ -343,4 +347,13 @@ func (e *InvalidError) Error() string {
 		return "invalid: " + e.Problems[0]
 	}
 	return fmt.Sprintf("invalid (%d problems):\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

@@ -38,7 +38,7 @@ const catalogues = `
   type: fake
   zones: [z1]
   machineTypes:
-  - {name: small, cpus: 1, memoryMiB: 512}
+    small: {cores: 1, memoryMiB: 512}
   images: [debian-12]
 `
 
@@ -66,7 +66,7 @@ func TestParse(t *testing.T) {
 			yaml:   minimal,
 			want: &config.Config{Providers: []config.Entry{{
 				Name: "lab", Type: "fake", Zones: []string{"z1"},
-				MachineTypes: []config.MachineType{{Name: "small", CPUs: 1, MemoryMiB: 512}},
+				MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}},
 				Images:       []string{"debian-12"},
 				Block:        &fakeprovider.Block{},
 			}}},
@@ -75,21 +75,56 @@ func TestParse(t *testing.T) {
 			name:   "valid with block and two entries",
 			reason: "the type block is decoded into the registered type's struct, and entries keep file order",
 			yaml: "providers:\n- name: lab" + catalogues + "  fake: {nodes: {z1: pve1}}\n" +
-				"- name: office\n  type: other\n  zones: [a, b]\n  machineTypes: [{name: big, cpus: 4, memoryMiB: 8192, diskGiB: 20}]\n  images: [alpine]\n  other: {host: h1}\n",
+				"- name: office\n  type: other\n  zones: [a, b]\n  machineTypes: {big: {cores: 4, memoryMiB: 8192, diskGiB: 20}}\n  images: [alpine]\n  other: {host: h1}\n",
 			want: &config.Config{Providers: []config.Entry{
 				{
 					Name: "lab", Type: "fake", Zones: []string{"z1"},
-					MachineTypes: []config.MachineType{{Name: "small", CPUs: 1, MemoryMiB: 512}},
+					MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}},
 					Images:       []string{"debian-12"},
 					Block:        &fakeprovider.Block{Nodes: map[string]string{"z1": "pve1"}},
 				},
 				{
 					Name: "office", Type: "other", Zones: []string{"a", "b"},
-					MachineTypes: []config.MachineType{{Name: "big", CPUs: 4, MemoryMiB: 8192, DiskGiB: 20}},
+					MachineTypes: map[string]config.MachineType{"big": {Name: "big", Cores: 4, MemoryMiB: 8192, DiskGiB: 20}},
 					Images:       []string{"alpine"},
 					Block:        &otherBlock{Host: "h1"},
 				},
 			}},
+		},
+		{
+			name:   "machine types as a map",
+			reason: "the reference form: machine types keyed by name, each with cores, memoryMiB and diskGiB; the key becomes the name",
+			yaml: "providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  images: [d]\n  machineTypes:\n" +
+				"    small: {cores: 1, memoryMiB: 512}\n    medium: {cores: 2, memoryMiB: 2048, diskGiB: 10}\n",
+			want: &config.Config{Providers: []config.Entry{{
+				Name: "lab", Type: "fake", Zones: []string{"z1"}, Images: []string{"d"},
+				MachineTypes: map[string]config.MachineType{
+					"small":  {Name: "small", Cores: 1, MemoryMiB: 512},
+					"medium": {Name: "medium", Cores: 2, MemoryMiB: 2048, DiskGiB: 10},
+				},
+				Block: &fakeprovider.Block{},
+			}}},
+		},
+		{
+			name:         "machine types as a list",
+			reason:       "the list form ({name, cpus}) is not this project's: it is refused, saying a mapping is wanted",
+			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: [d]\n",
+			wantErr:      []string{"providers[0]", "field machineTypes", "want a mapping"},
+			wantProblems: 1,
+		},
+		{
+			name:         "cpus instead of cores",
+			reason:       "the strict decoder refuses a key the machine type does not have, at its path",
+			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: {small: {cpus: 1, memoryMiB: 512}}\n  images: [d]\n",
+			wantErr:      []string{"providers[0]", `unknown field "machineTypes.small.cpus"`},
+			wantProblems: 1,
+		},
+		{
+			name:         "invalid machine type name",
+			reason:       "a machine type's key is what Proxy.spec.machineType holds, so it must be a DNS label",
+			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: {Small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n",
+			wantErr:      []string{"providers[lab].machineTypes[Small]", "RFC 1123"},
+			wantProblems: 1,
 		},
 		{
 			name:         "unknown top-level key",
@@ -122,14 +157,14 @@ func TestParse(t *testing.T) {
 		{
 			name:         "unknown type",
 			reason:       "a type this binary does not support must list the ones it does",
-			yaml:         "providers:\n- name: lab\n  type: nope\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: [d]\n",
+			yaml:         "providers:\n- name: lab\n  type: nope\n  zones: [z1]\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n",
 			wantErr:      []string{"providers[lab].type", `"nope"`, `"fake"`, `"other"`},
 			wantProblems: 1,
 		},
 		{
 			name:         "missing type",
 			reason:       "without a type there is no block to decode; the message lists the choices",
-			yaml:         "providers:\n- name: lab\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: [d]\n",
+			yaml:         "providers:\n- name: lab\n  zones: [z1]\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n",
 			wantErr:      []string{"providers[lab].type: Required value", "fake, other"},
 			wantProblems: 1,
 		},
@@ -157,7 +192,7 @@ func TestParse(t *testing.T) {
 		{
 			name:   "empty catalogues",
 			reason: "a Proxy could ask for nothing; every empty catalogue is reported, all at once",
-			yaml:   "providers:\n- name: lab\n  type: fake\n  zones: []\n  machineTypes: []\n  images: []\n",
+			yaml:   "providers:\n- name: lab\n  type: fake\n  zones: []\n  machineTypes: {}\n  images: []\n",
 			wantErr: []string{
 				"providers[lab].zones: Required value",
 				"providers[lab].machineTypes: Required value",
@@ -168,16 +203,16 @@ func TestParse(t *testing.T) {
 		{
 			name:         "duplicate zone",
 			reason:       "a duplicate catalogue name is a typo for another name",
-			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: [z1, z1]\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: [d]\n",
+			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: [z1, z1]\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n",
 			wantErr:      []string{"providers[lab].zones[1]: Duplicate value", `"z1"`},
 			wantProblems: 1,
 		},
 		{
-			name:   "machine type with cpus 0 and memory 0",
+			name:   "machine type with cores 0 and memory 0",
 			reason: "zero sizes come from a misspelt key (memory instead of memoryMiB); both are reported under the machine type's name",
-			yaml:   "providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 0, memoryMiB: 0}]\n  images: [d]\n",
+			yaml:   "providers:\n- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: {small: {cores: 0, memoryMiB: 0}}\n  images: [d]\n",
 			wantErr: []string{
-				"providers[lab].machineTypes[small].cpus", "between 1 and 256",
+				"providers[lab].machineTypes[small].cores", "between 1 and 256",
 				"providers[lab].machineTypes[small].memoryMiB", "the unit is MiB",
 			},
 			wantProblems: 2,
@@ -199,7 +234,7 @@ func TestParse(t *testing.T) {
 		{
 			name:         "wrong type for a field",
 			reason:       "a string where a list belongs must say which field and what was expected, in YAML terms",
-			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: z1\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: [d]\n",
+			yaml:         "providers:\n- name: lab\n  type: fake\n  zones: z1\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: [d]\n",
 			wantErr:      []string{"providers[0]", "field zones", "got string, want a list"},
 			wantProblems: 1,
 		},
@@ -222,12 +257,12 @@ func TestParse(t *testing.T) {
 			reason: "every problem is reported at once, so that a user fixes the file in one go " +
 				"rather than one error per restart",
 			yaml: "providers:\n" +
-				"- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 0, memoryMiB: 512}]\n  images: [d]\n  zonez: [x]\n" +
-				"- name: Office\n  type: nope\n  zones: [z1]\n  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]\n  images: []\n",
+				"- name: lab\n  type: fake\n  zones: [z1]\n  machineTypes: {small: {cores: 0, memoryMiB: 512}}\n  images: [d]\n  zonez: [x]\n" +
+				"- name: Office\n  type: nope\n  zones: [z1]\n  machineTypes: {small: {cores: 1, memoryMiB: 512}}\n  images: []\n",
 			wantErr: []string{
 				"invalid (5 problems)",
 				"providers[lab].zonez",
-				"providers[lab].machineTypes[small].cpus",
+				"providers[lab].machineTypes[small].cores",
 				"providers[Office].name",
 				"providers[Office].type",
 				"providers[Office].images",
@@ -389,10 +424,10 @@ func TestLoad(t *testing.T) {
 func TestResolve(t *testing.T) {
 	cfg, err := config.Parse([]byte("providers:\n"+
 		"- name: lab\n  type: fake\n  zones: [z1]\n"+
-		"  machineTypes: [{name: small, cpus: 1, memoryMiB: 512}, {name: large, cpus: 4, memoryMiB: 4096}]\n"+
+		"  machineTypes: {small: {cores: 1, memoryMiB: 512}, large: {cores: 4, memoryMiB: 4096}}\n"+
 		"  images: [debian-12, alpine]\n"+
 		"- name: office\n  type: fake\n  zones: [a, b]\n"+
-		"  machineTypes: [{name: small, cpus: 2, memoryMiB: 1024}]\n  images: [debian-12]\n"), testRegistry())
+		"  machineTypes: {small: {cores: 2, memoryMiB: 1024}}\n  images: [debian-12]\n"), testRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,13 +448,13 @@ func TestResolve(t *testing.T) {
 			name:     "zone omitted with one zone",
 			reason:   "an entry with a single zone lets Proxies leave spec.zone empty",
 			provider: "lab", machineType: "large", img: "alpine",
-			want: placement{Entry: "lab", Zone: "z1", MachineType: config.MachineType{Name: "large", CPUs: 4, MemoryMiB: 4096}, Image: "alpine"},
+			want: placement{Entry: "lab", Zone: "z1", MachineType: config.MachineType{Name: "large", Cores: 4, MemoryMiB: 4096}, Image: "alpine"},
 		},
 		{
 			name:     "explicit zone",
 			reason:   "the machine type is resolved from the named entry, not from another entry with the same type name",
 			provider: "office", zone: "b", machineType: "small", img: "debian-12",
-			want: placement{Entry: "office", Zone: "b", MachineType: config.MachineType{Name: "small", CPUs: 2, MemoryMiB: 1024}, Image: "debian-12"},
+			want: placement{Entry: "office", Zone: "b", MachineType: config.MachineType{Name: "small", Cores: 2, MemoryMiB: 1024}, Image: "debian-12"},
 		},
 		{
 			name:     "unknown provider",
@@ -441,9 +476,9 @@ func TestResolve(t *testing.T) {
 		},
 		{
 			name:     "unknown machine type",
-			reason:   "the message lists the entry's machine types in catalogue order",
+			reason:   "the message lists the entry's machine types sorted, since a map has no order",
 			provider: "lab", machineType: "huge", img: "debian-12",
-			wantErr: &config.SpecError{Field: "spec.machineType", Message: `provider "lab" has no machine type "huge"; machine types: small, large`},
+			wantErr: &config.SpecError{Field: "spec.machineType", Message: `provider "lab" has no machine type "huge"; machine types: large, small`},
 		},
 		{
 			name:     "unknown image",

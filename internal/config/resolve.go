@@ -64,20 +64,13 @@ func (c *Config) Resolve(providerName, zone, machineType, image string) (Placeme
 		return Placement{}, &SpecError{Field: "spec.zone",
 			Message: fmt.Sprintf("provider %q has no zone %q; zones: %s", e.Name, zone, list(e.Zones))}
 	}
-	found := false
-	for _, mt := range e.MachineTypes {
-		if mt.Name == machineType {
-			p.MachineType, found = mt, true
-		}
-	}
+	mt, found := e.MachineTypes[machineType]
 	if !found {
-		names := make([]string, 0, len(e.MachineTypes))
-		for _, mt := range e.MachineTypes {
-			names = append(names, mt.Name)
-		}
 		return Placement{}, &SpecError{Field: "spec.machineType",
-			Message: fmt.Sprintf("provider %q has no machine type %q; machine types: %s", e.Name, machineType, list(names))}
+			Message: fmt.Sprintf("provider %q has no machine type %q; machine types: %s", e.Name, machineType, list(e.MachineTypeNames()))}
 	}
+	mt.Name = machineType
+	p.MachineType = mt
 	if !slices.Contains(e.Images, image) {
 		return Placement{}, &SpecError{Field: "spec.image",
 			Message: fmt.Sprintf("provider %q has no image %q; images: %s", e.Name, image, list(e.Images))}

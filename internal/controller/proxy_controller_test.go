@@ -435,7 +435,7 @@ providers:
     type: fake
     zones: [rack-a, rack-b]
     machineTypes:
-      - {name: large, cpus: 4, memoryMiB: 4096}
+        large: {cores: 4, memoryMiB: 4096}
     images: [debian-12]
 `), fakeprovider.Registry())
 	if err != nil {

@@ -233,7 +233,7 @@ func requestPlacement() config.Placement {
 	return config.Placement{
 		Entry:       &config.Entry{Name: "lab"},
 		Zone:        "rack-a",
-		MachineType: config.MachineType{Name: "small", CPUs: 1, MemoryMiB: 512},
+		MachineType: config.MachineType{Name: "small", Cores: 1, MemoryMiB: 512},
 		Image:       "debian-12",
 	}
 }

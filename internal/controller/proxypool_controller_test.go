@@ -37,13 +37,13 @@ providers:
   - name: lab-a
     type: fake
     zones: [rack-a, rack-b]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
+    machineTypes: {small: {cores: 1, memoryMiB: 512}}
     images: [debian-12]
     probe: {checkURL: "http://203.0.113.10/ip"}
   - name: lab-b
     type: fake
     zones: [rack-c]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
+    machineTypes: {small: {cores: 1, memoryMiB: 512}}
     images: [debian-12]
     probe: {checkURL: "http://203.0.113.10/ip"}
 `), fakeprovider.Registry())
@@ -509,5 +509,75 @@ func TestPoolReportsDuplicateEgress(t *testing.T) {
 	})
 	if ev := strings.Join(eventsFor(t, ns, "dup"), "\n"); !strings.Contains(ev, "DuplicateEgress: ") {
 		t.Errorf("no DuplicateEgress event on the pool; events:\n%s", ev)
+	}
+}
+
+// TestAPIServerRejectsInvalidPools proves the ProxyPool schema and CEL rules
+// against the real API server.
+func TestAPIServerRejectsInvalidPools(t *testing.T) {
+	ns := newNamespace(t)
+	for _, tc := range []struct {
+		name   string
+		reason string
+		mutate func(p *crawlv1alpha1.ProxyPool)
+		want   string
+	}{
+		{
+			name:   "no surge and no unavailability",
+			reason: "a rotation that may neither add nor remove a member can never progress",
+			mutate: func(p *crawlv1alpha1.ProxyPool) {
+				p.Spec.Rotation = &crawlv1alpha1.RotationPolicy{MaxSurge: ptr.To(intstr.FromInt32(0))}
+			},
+			want: "rotation.maxSurge 0 needs a rotation.maxUnavailable above 0",
+		},
+		{
+			name:   "no surge as a percentage",
+			reason: "0% is 0",
+			mutate: func(p *crawlv1alpha1.ProxyPool) {
+				p.Spec.Rotation = &crawlv1alpha1.RotationPolicy{MaxSurge: ptr.To(intstr.FromString("0%")), MaxUnavailable: ptr.To(intstr.FromInt32(0))}
+			},
+			want: "rotation.maxSurge 0 needs a rotation.maxUnavailable above 0",
+		},
+		{
+			name:   "name too long for its members",
+			reason: "members are named <pool>-<5 characters> and must stay within 63",
+			mutate: func(p *crawlv1alpha1.ProxyPool) { p.Name = strings.Repeat("a", 51) },
+			want:   "metadata.name must be at most 50 characters",
+		},
+		{
+			name:   "negative replicas",
+			reason: "a count",
+			mutate: func(p *crawlv1alpha1.ProxyPool) { p.Spec.Replicas = ptr.To[int32](-1) },
+			want:   "spec.replicas",
+		},
+		{
+			name:   "zero weight",
+			reason: "a placement entry that takes no members is a mistake",
+			mutate: func(p *crawlv1alpha1.ProxyPool) {
+				p.Spec.Placement = []crawlv1alpha1.PlacementEntry{{Zone: "rack-a", Weight: -1}}
+			},
+			want: "weight",
+		},
+		{
+			name:   "template auth None without source ranges",
+			reason: "the template obeys the Proxy's rules: no open proxy by default",
+			mutate: func(p *crawlv1alpha1.ProxyPool) { p.Spec.Template.Spec.Auth = crawlv1alpha1.ProxyAuthNone },
+			want:   "auth None needs allowedSourceRanges",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPool(ns, "bad", 1)
+			tc.mutate(p)
+			err := k8s.Create(context.Background(), p)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Create() error = %v, want one containing %q\nwhy this matters: %s", err, tc.want, tc.reason)
+			}
+		})
+	}
+	// A valid percentage surge is accepted.
+	p := newPool(ns, "ok", 1)
+	p.Spec.Rotation = &crawlv1alpha1.RotationPolicy{MaxSurge: ptr.To(intstr.FromString("25%"))}
+	if err := k8s.Create(context.Background(), p); err != nil {
+		t.Fatalf("a pool with maxSurge 25%% was refused: %v", err)
 	}
 }

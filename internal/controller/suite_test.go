@@ -63,7 +63,7 @@ providers:
     type: fake
     zones: [rack-a, rack-b]
     machineTypes:
-      - {name: small, cpus: 1, memoryMiB: 512, diskGiB: 8}
+        small: {cores: 1, memoryMiB: 512, diskGiB: 8}
     images: [debian-12]
 `), fakeprovider.Registry())
 	if err != nil {

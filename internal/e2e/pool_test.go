@@ -87,12 +87,13 @@ func TestPoolOnProxmox(t *testing.T) {
 			t.Errorf("member %s: egress address %q, want its own address %s (what the echo service saw)", m.Name, m.Status.EgressIP, m.Status.Address)
 		}
 	}
-	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
-		t.Fatal(err)
-	}
-	if pool.Status.DistinctEgressAddresses != 5 {
-		t.Errorf("distinct egress addresses = %d, want 5", pool.Status.DistinctEgressAddresses)
-	}
+	// The pool's status follows the published list in the same reconcile.
+	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
+			return false, err.Error()
+		}
+		return pool.Status.DistinctEgressAddresses == 5, fmt.Sprintf("distinct egress addresses = %d, want 5", pool.Status.DistinctEgressAddresses)
+	})
 
 	// Every URL of proxies.txt carries working credentials.
 	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprint(w, "origin") }))

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
@@ -284,4 +286,59 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 		t.Errorf("after %d restarts during delete, the seed of %s was left behind", restarts, instanceName)
 	}
 	t.Logf("delete survived %d operator restarts", restarts)
+}
+
+// TestEchoedTokenNeverReachesStatusOrEvents: an API that echoes the request's
+// Authorization header in its errors (F1: message and reason phrase) gets the
+// token into no Proxy condition, no event and no ProviderHealth status: the
+// client redacts it at the source, and the redaction marker shows it was
+// there.
+func TestEchoedTokenNeverReachesStatusOrEvents(t *testing.T) {
+	ns := newNamespace(t)
+	w := newWorld(t)
+	tk := w.Sim.Config().Tokens[0]
+	echo := "refused: Authorization: PVEAPIToken=" + tk.ID + "=" + tk.Secret
+	w.Sim.AddCallFault(pvesim.CallFault{Method: http.MethodGet, Path: "/cluster/resources", Status: 500, Message: echo})
+	w.Sim.AddCallFault(pvesim.CallFault{Method: http.MethodGet, Path: "/nodes/{node}/storage/{storage}/status", Status: 500, Message: echo})
+	w.startOperator(t, ns)
+	ctx := context.Background()
+	key := client.ObjectKey{Namespace: ns, Name: "egress-echo"}
+	proxy := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: key.Name},
+		Spec: crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}}
+	if err := env.Client.Create(ctx, proxy); err != nil {
+		t.Fatal(err)
+	}
+	// Everything the operator wrote about the failures, as text.
+	written := func() string {
+		var b strings.Builder
+		var p crawlv1alpha1.Proxy
+		if err := env.Client.Get(ctx, key, &p); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = fmt.Fprintf(&b, "%+v\n", p.Status)
+		var events corev1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range events.Items {
+			_, _ = fmt.Fprintf(&b, "event %s %s: %s\n", e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+		var ph crawlv1alpha1.ProviderHealth
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: pvelab.EntryName}, &ph); err == nil {
+			_, _ = fmt.Fprintf(&b, "health %+v\n", ph.Status)
+		}
+		return b.String()
+	}
+	var text string
+	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+		text = written()
+		// The echo in the Proxy's status, its events and the health.
+		return strings.Count(text, "refused: Authorization: PVEAPIToken=") >= 3, "the failures are not reported yet:\n" + text
+	})
+	if strings.Contains(text, tk.Secret) {
+		t.Errorf("the token secret reached a status, an event or the health:\n%s", text)
+	}
+	if strings.Count(text, "PVEAPIToken=[redacted]") < 3 {
+		t.Errorf("want the echoed token replaced by [redacted] in the status, the events and the health:\n%s", text)
+	}
 }

@@ -133,7 +133,7 @@ func providersConfig(b *bundle) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := flagValue(c.Args, "providers-config", "/etc/egress-proxies/providers.yaml")
+	path := flagValue(c.Args, "providers-config", "/etc/proxy-operator/config/providers.yaml")
 	// The deepest mount that holds the path is the one the container sees.
 	var mount *corev1.VolumeMount
 	for i, m := range c.VolumeMounts {
@@ -168,6 +168,74 @@ func providersConfig(b *bundle) ([]byte, error) {
 	return []byte(data), nil
 }
 
+// Reference names of the deployment (docs/configuration.md): what a team
+// coming from the reference system already types in its commands and files.
+const (
+	operatorNamespace  = "egress-proxies-system"
+	deploymentName     = "egress-proxies-operator-controller-manager"
+	providersConfigMap = "egress-proxies-operator-providers-config"
+	proxmoxSecret      = "proxmox-token"
+	proxmoxMount       = "/etc/proxy-operator/proxmox"
+	kvmSSHSecret       = "kvm-ssh"
+	kvmSSHMount        = "/etc/proxy-operator/kvm-ssh"
+	tmpMount           = "/tmp"
+)
+
+// checkReferenceNames: the prefixed names, the providers ConfigMap behind
+// --providers-config, the two optional credential Secrets mounted read-only
+// where the providers configuration points, and the tmp emptyDir.
+func checkReferenceNames(b *bundle) error {
+	d, c, err := operator(b)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if d.Namespace != operatorNamespace || d.Name != deploymentName {
+		fail("Deployment %s/%s, want %s/%s", d.Namespace, d.Name, operatorNamespace, deploymentName)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mountOf := func(path string) (corev1.VolumeMount, corev1.Volume, bool) {
+		for _, m := range c.VolumeMounts {
+			if m.MountPath == path {
+				return m, volumes[m.Name], true
+			}
+		}
+		return corev1.VolumeMount{}, corev1.Volume{}, false
+	}
+	cmName := ""
+	for _, v := range volumes {
+		if v.ConfigMap != nil {
+			cmName = v.ConfigMap.Name
+		}
+	}
+	if cmName != providersConfigMap || b.configMap(d.Namespace, providersConfigMap) == nil {
+		fail("providers ConfigMap %q, want %s rendered in %s", cmName, providersConfigMap, d.Namespace)
+	}
+	for _, want := range []struct{ secret, path string }{{proxmoxSecret, proxmoxMount}, {kvmSSHSecret, kvmSSHMount}} {
+		m, v, ok := mountOf(want.path)
+		switch {
+		case !ok:
+			fail("nothing is mounted at %s, want Secret %s", want.path, want.secret)
+		case v.Secret == nil || v.Secret.SecretName != want.secret:
+			fail("%s: want Secret %s mounted there", want.path, want.secret)
+		case v.Secret.Optional == nil || !*v.Secret.Optional:
+			fail("Secret %s is not optional: the operator would not start without it", want.secret)
+		case !m.ReadOnly:
+			fail("Secret %s is mounted writable at %s", want.secret, want.path)
+		case len(v.Secret.Items) > 0 || m.SubPath != "":
+			fail("Secret %s is mounted in part: mount all of its keys", want.secret)
+		}
+	}
+	if m, v, ok := mountOf(tmpMount); !ok || v.EmptyDir == nil || m.Name != "tmp" {
+		fail("want the emptyDir volume tmp at %s", tmpMount)
+	}
+	return errors.Join(errs...)
+}
+
 // checkDeployment: the Deployment's references resolve, and it runs as the
 // security settings say.
 func checkDeployment(b *bundle) error {
@@ -197,12 +265,6 @@ func checkDeployment(b *bundle) error {
 	}
 	if _, err := providersConfig(b); err != nil {
 		errs = append(errs, err)
-	}
-	// The Proxmox credentials: a read-only Secret volume.
-	const proxmoxDir = "/etc/egress-proxies/proxmox"
-	i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == proxmoxDir })
-	if i < 0 || volumes[c.VolumeMounts[i].Name].Secret == nil || !c.VolumeMounts[i].ReadOnly {
-		fail("%s: want a read-only Secret volume mounted there", proxmoxDir)
 	}
 	// Writable: only an emptyDir at /tmp.
 	for _, m := range c.VolumeMounts {

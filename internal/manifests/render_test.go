@@ -16,6 +16,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
 // defaultChecks are the checks of config/default.
@@ -26,6 +27,7 @@ var defaultChecks = []struct {
 	{"namespaces", checkNamespaces},
 	{"bindings", checkBindings},
 	{"deployment", checkDeployment},
+	{"reference names", checkReferenceNames},
 	{"metrics", checkMetrics},
 	{"provider rights", checkProviderRights},
 	{"CRDs", checkCRDs},
@@ -55,16 +57,6 @@ func TestDefault(t *testing.T) {
 			}
 		})
 	}
-	t.Run("names", func(t *testing.T) {
-		d, _, err := operator(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// What docs and commands name: the operator's namespace and prefix.
-		if d.Namespace != "egress-proxies-system" || d.Name != "egress-proxies-controller-manager" {
-			t.Errorf("Deployment %s/%s, want egress-proxies-system/egress-proxies-controller-manager", d.Namespace, d.Name)
-		}
-	})
 }
 
 // TestDefaultChecksFail breaks the render of config/default in one way at a
@@ -88,6 +80,22 @@ func TestDefaultChecksFail(t *testing.T) {
 		}
 		t.Fatal("no Role in egress-proxies")
 		return nil
+	}
+	volume := func(b *bundle, name string) *corev1.Volume {
+		vs := b.Deployments[0].Spec.Template.Spec.Volumes
+		i := slices.IndexFunc(vs, func(v corev1.Volume) bool { return v.Name == name })
+		if i < 0 {
+			t.Fatalf("no volume %s", name)
+		}
+		return &vs[i]
+	}
+	mount := func(b *bundle, name string) *corev1.VolumeMount {
+		c := manager(b)
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == name })
+		if i < 0 {
+			t.Fatalf("no mount of %s", name)
+		}
+		return &c.VolumeMounts[i]
 	}
 	if b, err := decode(dec, docs); err != nil || runDefaultChecks(b) != nil {
 		t.Fatal("the unbroken render of config/default fails already (see TestDefault); these cases would prove nothing")
@@ -129,12 +137,74 @@ func TestDefaultChecksFail(t *testing.T) {
 			want:   "serviceAccountName controller-manager: no such ServiceAccount",
 		},
 		{
-			name:   "ConfigMap name without the generator's hash",
-			reason: "the providers volume must name the generated ConfigMap",
+			name:   "ConfigMap name without the prefix",
+			reason: "the providers volume must name the rendered ConfigMap",
 			mutate: func(b *bundle) {
-				b.Deployments[0].Spec.Template.Spec.Volumes[0].ConfigMap.Name = "egress-proxies-providers"
+				b.Deployments[0].Spec.Template.Spec.Volumes[0].ConfigMap.Name = "providers-config"
 			},
-			want: "ConfigMap egress-proxies-providers is not in the render and not optional",
+			want: "ConfigMap providers-config is not in the render and not optional",
+		},
+		{
+			name:   "ConfigMap renamed",
+			reason: "the reference name of the providers ConfigMap is egress-proxies-operator-providers-config",
+			mutate: func(b *bundle) {
+				b.ConfigMaps[0].Name = "egress-proxies-operator-providers"
+				b.Deployments[0].Spec.Template.Spec.Volumes[0].ConfigMap.Name = "egress-proxies-operator-providers"
+			},
+			want: `providers ConfigMap "egress-proxies-operator-providers", want egress-proxies-operator-providers-config`,
+		},
+		{
+			name:   "Deployment prefix",
+			reason: "the reference name prefix is egress-proxies-operator-",
+			mutate: func(b *bundle) { b.Deployments[0].Name = "egress-proxies-controller-manager" },
+			want:   "want egress-proxies-system/egress-proxies-operator-controller-manager",
+		},
+		{
+			name:   "Proxmox Secret renamed",
+			reason: "the reference Secret is proxmox-token, which make proxmox-token-secret creates",
+			mutate: func(b *bundle) { volume(b, "proxmox-token").Secret.SecretName = "egress-proxies-proxmox" },
+			want:   "/etc/proxy-operator/proxmox: want Secret proxmox-token mounted there",
+		},
+		{
+			name:   "Proxmox Secret mounted elsewhere",
+			reason: "the providers configuration points tokenFile and caFile at /etc/proxy-operator/proxmox",
+			mutate: func(b *bundle) { mount(b, "proxmox-token").MountPath = "/etc/egress-proxies/proxmox" },
+			want:   "nothing is mounted at /etc/proxy-operator/proxmox, want Secret proxmox-token",
+		},
+		{
+			name:   "Proxmox Secret writable",
+			reason: "credentials are mounted read-only",
+			mutate: func(b *bundle) { mount(b, "proxmox-token").ReadOnly = false },
+			want:   "Secret proxmox-token is mounted writable at /etc/proxy-operator/proxmox",
+		},
+		{
+			name:   "kvm-ssh Secret missing",
+			reason: "the libvirt types read their SSH key from the optional Secret kvm-ssh",
+			mutate: func(b *bundle) {
+				c := manager(b)
+				c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "kvm-ssh" })
+			},
+			want: "nothing is mounted at /etc/proxy-operator/kvm-ssh, want Secret kvm-ssh",
+		},
+		{
+			name:   "kvm-ssh Secret required",
+			reason: "the operator must start without the kvm-ssh Secret",
+			mutate: func(b *bundle) { volume(b, "kvm-ssh").Secret.Optional = nil },
+			want:   "Secret kvm-ssh is not optional",
+		},
+		{
+			name:   "kvm-ssh Secret in part",
+			reason: "the whole Secret is mounted, whatever its key names",
+			mutate: func(b *bundle) {
+				volume(b, "kvm-ssh").Secret.Items = []corev1.KeyToPath{{Key: "id_ed25519", Path: "id_ed25519"}}
+			},
+			want: "Secret kvm-ssh is mounted in part",
+		},
+		{
+			name:   "tmp not an emptyDir",
+			reason: "the tmp volume is an emptyDir, the only writable path",
+			mutate: func(b *bundle) { volume(b, "tmp").EmptyDir = nil },
+			want:   "want the emptyDir volume tmp at /tmp",
 		},
 		{
 			name:   "Proxmox Secret required",
@@ -157,13 +227,16 @@ func TestDefaultChecksFail(t *testing.T) {
 		{
 			name:   "providers config under the Secret mount",
 			reason: "the deepest mount over the path is what the container reads",
-			mutate: func(b *bundle) { setArg(manager(b), "providers-config", "/etc/egress-proxies/proxmox/providers.yaml") },
-			want:   "which is not a ConfigMap volume",
+			mutate: func(b *bundle) {
+				mount(b, "proxmox-token").MountPath = "/etc/proxy-operator/config/proxmox"
+				setArg(manager(b), "providers-config", "/etc/proxy-operator/config/proxmox/providers.yaml")
+			},
+			want: "which is not a ConfigMap volume",
 		},
 		{
 			name:   "providers file name not a ConfigMap key",
 			reason: "the file at the path is a key of the ConfigMap",
-			mutate: func(b *bundle) { setArg(manager(b), "providers-config", "/etc/egress-proxies/config.yaml") },
+			mutate: func(b *bundle) { setArg(manager(b), "providers-config", "/etc/proxy-operator/config/config.yaml") },
 			want:   `has no key "config.yaml"`,
 		},
 		{
@@ -224,7 +297,7 @@ func TestDefaultChecksFail(t *testing.T) {
 			name:   "writable mount besides /tmp",
 			reason: "only the seed staging directory is writable",
 			mutate: func(b *bundle) { manager(b).VolumeMounts[0].ReadOnly = false },
-			want:   "mount /etc/egress-proxies (volume providers) is writable",
+			want:   "mount /etc/proxy-operator/config (volume providers-config) is writable",
 		},
 		{
 			name:   "readiness on the wrong path",
@@ -267,7 +340,7 @@ func TestDefaultChecksFail(t *testing.T) {
 			reason: "the metrics filter creates TokenReviews and SubjectAccessReviews",
 			mutate: func(b *bundle) {
 				b.ClusterRoleBindings = slices.DeleteFunc(b.ClusterRoleBindings, func(c *rbacv1.ClusterRoleBinding) bool {
-					return c.RoleRef.Name == "egress-proxies-metrics-auth-role" || c.RoleRef.Name == "egress-proxies-manager-role"
+					return c.RoleRef.Name == "egress-proxies-operator-metrics-auth-role" || c.RoleRef.Name == "egress-proxies-operator-manager-role"
 				})
 			},
 			want: "may not create tokenreviews",
@@ -422,6 +495,18 @@ func TestSamples(t *testing.T) {
 			}
 		}
 	})
+	t.Run("proxmox entries read the proxmox-token Secret", func(t *testing.T) {
+		// The Secret's keys are token and ca.pem (make proxmox-token-secret).
+		for _, e := range samples.Providers {
+			pb, ok := e.Block.(*proxmox.Block)
+			if !ok {
+				continue
+			}
+			if pb.TokenFile != proxmoxMount+"/token" || pb.CAFile != proxmoxMount+"/ca.pem" {
+				t.Errorf("entry %s: tokenFile %s, caFile %s; want %s/token and %s/ca.pem", e.Name, pb.TokenFile, pb.CAFile, proxmoxMount, proxmoxMount)
+			}
+		}
+	})
 	t.Run("every sample file is rendered or pending", func(t *testing.T) {
 		files, err := filepath.Glob(filepath.Join(repoRoot(t), "config", "samples", "crawl_*.yaml"))
 		if err != nil {
@@ -541,7 +626,7 @@ func TestSamplesChecksFail(t *testing.T) {
 - name: elsewhere
   type: kubernetes
   zones: [default]
-  machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
+  machineTypes: {tiny: {cores: 1, memoryMiB: 64}}
   images: [default]
   kubernetes: {namespace: egress-proxies}
 `), registry())

@@ -174,8 +174,14 @@ type Provider interface {
 	// not exist succeeds. Delete may return InProgress while removal
 	// continues; the operator calls it again until it returns nil.
 	//
-	// Delete must refuse, with a Permanent error, an ID whose instance does
-	// not carry the operator's mark.
+	// Delete never stops, changes or removes an instance that does not
+	// carry the operator's mark. When the ID now names such an instance (the
+	// Proxy's own is gone and something else took its place: a foreign VM
+	// at the same VMID, a pod someone else created under the same name),
+	// the Proxy's instance counts as gone: Delete leaves the other one
+	// alone, removes what is left of the Proxy's own (seeds, credentials)
+	// and succeeds. An ID the provider cannot have made is refused with a
+	// Permanent error.
 	Delete(ctx context.Context, id ID) error
 
 	// ListByTag lists every instance this operator created on the entry, in

@@ -3,6 +3,7 @@ package pvesim
 import (
 	"crypto/subtle"
 	"net/http"
+	"regexp"
 	"strings"
 )
 
@@ -53,6 +54,13 @@ func (p *principal) has(path, priv string) bool {
 	}
 }
 
+// tokenSecretPattern is the shape of the secrets Proxmox generates: a
+// lowercase UUID.
+var tokenSecretPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// isTokenSecret reports whether s has the shape of a token secret.
+func isTokenSecret(s string) bool { return tokenSecretPattern.MatchString(s) }
+
 // tokenEntry is a configured token with its secret.
 type tokenEntry struct {
 	secret string
@@ -78,7 +86,9 @@ func (s *Sim) authenticate(r *http.Request) (*principal, *apiError) {
 		return nil, &apiError{status: http.StatusUnauthorized, message: msgNoTicket}
 	}
 	id, secret, ok := strings.Cut(strings.TrimSpace(rest), "=")
-	if !ok {
+	if !ok || !isTokenSecret(secret) {
+		// A real host refuses a secret that is not a lowercase UUID as it
+		// refuses a wrong one (F22), before looking at the token id.
 		return nil, failed
 	}
 	s.mu.Lock()

@@ -120,7 +120,9 @@ type ContainerConfig struct {
 type TokenConfig struct {
 	// ID is "<user>@<realm>!<tokenid>".
 	ID string `json:"id"`
-	// Secret is the token secret (a UUID on a real host).
+	// Secret is the token secret: a lowercase UUID, as a real host
+	// generates it; ParseConfig refuses another shape, and a request whose
+	// secret has another shape is refused with 401 (F22).
 	Secret string `json:"secret"`
 	// ACL grants privileges on paths. As on Proxmox, the most specific path
 	// that covers a checked path replaces the ones above it.
@@ -329,8 +331,8 @@ func (c *Config) Validate() error {
 		if _, _, ok := splitTokenID(tk.ID); !ok {
 			errs = append(errs, fmt.Errorf("config: token id %q is not <user>@<realm>!<tokenid>", tk.ID))
 		}
-		if tk.Secret == "" {
-			errs = append(errs, fmt.Errorf("config: token %q has no secret", tk.ID))
+		if !isTokenSecret(tk.Secret) {
+			errs = append(errs, fmt.Errorf("config: token %q: the secret must be a lowercase UUID, as Proxmox generates them", tk.ID))
 		}
 	}
 	return errors.Join(errs...)

@@ -367,12 +367,12 @@ func TestF16UPIDFormatAndWarnings(t *testing.T) {
 // tag needs SDN.Use; a token without VM.Audit sees nothing.
 func TestF17Privileges(t *testing.T) {
 	h := newHarness(t, func(c *Config) {
-		c.Tokens = append(c.Tokens, TokenConfig{ID: "nosdn@pve!t", Secret: "fake-nosdn", ACL: []ACLEntry{{Path: "/", Privileges: rolePrivs[:15]}}})
+		c.Tokens = append(c.Tokens, TokenConfig{ID: "nosdn@pve!t", Secret: "0005d000-0000-4000-8000-000000000005", ACL: []ACLEntry{{Path: "/", Privileges: rolePrivs[:15]}}})
 	})
 	h.cloneAndWait(211, nil)
 	h.waitTask(h.upload(opToken, opSecret, "seeds", "s.iso", []byte("x")).dataString(t))
 	h.ok(http.MethodPut, "/nodes/pve1/qemu/211/config", url.Values{"ide2": {"seeds:iso/s.iso,media=cdrom"}})
-	r := h.callAs("nosdn@pve!t", "fake-nosdn", http.MethodPut, "/nodes/pve1/qemu/211/config", url.Values{"net0": {"virtio,bridge=vmbr0,tag=4"}})
+	r := h.callAs("nosdn@pve!t", "0005d000-0000-4000-8000-000000000005", http.MethodPut, "/nodes/pve1/qemu/211/config", url.Values{"net0": {"virtio,bridge=vmbr0,tag=4"}})
 	if r.status != "403 Permission check failed (/sdn/zones/localnetwork/vmbr0/4, SDN.Use)" {
 		t.Errorf("VLAN without SDN.Use: %q", r.status)
 	}
@@ -525,6 +525,11 @@ func TestF22AuthTexts(t *testing.T) {
 		{"", "", "401 No ticket"},
 		{opToken, "wrong-secret", "401 Authentication failed!"},
 		{"ghost@pve!x", opSecret, "401 Authentication failed!"},
+		// A secret that is not a lowercase UUID is refused like a wrong
+		// one, even when it is the right one in another case.
+		{opToken, strings.ToUpper(opSecret), "401 Authentication failed!"},
+		{opToken, opSecret + "0", "401 Authentication failed!"},
+		{opToken, "5f0c7a3e2b1d4e8f9a6c000000000001", "401 Authentication failed!"},
 		{opToken, opSecret, "200 OK"},
 	} {
 		if r := h.callAs(tc.id, tc.secret, http.MethodGet, "/version", nil); r.status != tc.want {

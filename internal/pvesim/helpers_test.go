@@ -16,11 +16,11 @@ import (
 // Test tokens: obviously fake secrets.
 const (
 	opToken      = "op@pve!prov"
-	opSecret     = "00000000-test-0000-0000-000000000001"
+	opSecret     = "5f0c7a3e-2b1d-4e8f-9a6c-000000000001"
 	noSeedToken  = "noseed@pve!prov"
-	noSeedSecret = "00000000-test-0000-0000-000000000002"
+	noSeedSecret = "5f0c7a3e-2b1d-4e8f-9a6c-000000000002"
 	nobodyToken  = "nobody@pve!none"
-	nobodySecret = "00000000-test-0000-0000-000000000003"
+	nobodySecret = "5f0c7a3e-2b1d-4e8f-9a6c-000000000003"
 )
 
 // rolePrivs is the F17/Part 3 role on "/": everything but Datastore.Allocate.

@@ -364,7 +364,7 @@ func TestParseConfig(t *testing.T) {
 nodes: [{name: n1}]
 storages: [{id: local-lvm, content: [images]}]
 templates: [{vmid: 9000, node: n1, name: t, disks: [{slot: scsi0, storage: local-lvm, size: 3G}]}]
-tokens: [{id: "a@pve!b", secret: fake, acl: [{path: /, privileges: ["*"]}]}]
+tokens: [{id: "a@pve!b", secret: "fa4e0000-0000-4000-8000-000000000001", acl: [{path: /, privileges: ["*"]}]}]
 timings: {clone: 2s, agentBoot: 30}
 speed: 10
 `))
@@ -377,8 +377,12 @@ speed: 10
 	for _, bad := range []string{
 		`nodes: []`,
 		`{nodes: [{name: n1}], templates: [{vmid: 9000, node: n2, name: t}]}`,
-		`{nodes: [{name: n1}], tokens: [{id: "nouser", secret: x}]}`,
+		`{nodes: [{name: n1}], tokens: [{id: "nouser", secret: "fa4e0000-0000-4000-8000-000000000002"}]}`,
 		`{nodes: [{name: n1}], unknownField: 1}`,
+		// Token secrets are lowercase UUIDs, as a real host generates them.
+		`{nodes: [{name: n1}], tokens: [{id: "a@pve!b", secret: "not-a-uuid"}]}`,
+		`{nodes: [{name: n1}], tokens: [{id: "a@pve!b", secret: "FA4E0000-0000-4000-8000-000000000001"}]}`,
+		`{nodes: [{name: n1}], tokens: [{id: "a@pve!b"}]}`,
 	} {
 		if _, err := ParseConfig([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)

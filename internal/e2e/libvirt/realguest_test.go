@@ -83,7 +83,7 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 	entry := func(name, typ, source string) config.Entry {
 		return config.Entry{
 			Name: name, Type: typ, Zones: []string{"lab"}, Images: []string{image},
-			MachineTypes: []config.MachineType{{Name: machineType, CPUs: 1, MemoryMiB: 512}},
+			MachineTypes: map[string]config.MachineType{machineType: {Name: machineType, Cores: 1, MemoryMiB: 512}},
 			Block: &libvirt.Block{
 				Hosts:          []libvirt.Host{{Name: "lab1", Address: host, Port: n, User: l.SSHUser, Zone: "lab"}},
 				PrivateKeyFile: l.PrivateKeyFile,

@@ -81,7 +81,7 @@ func (b *Block) ResourcesFor(mt config.MachineType) corev1.ResourceRequirements 
 		return r
 	}
 	list := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(mt.CPUs), resource.DecimalSI),
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(mt.Cores), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(int64(mt.MemoryMiB)<<20, resource.BinarySI),
 	}
 	return corev1.ResourceRequirements{Requests: list, Limits: list.DeepCopy()}
@@ -116,10 +116,7 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 		}
 		errs = append(errs, metav1validation.ValidateLabels(b.Zones[zone].NodeSelector, p.Child("nodeSelector"))...)
 	}
-	var machineTypes []string
-	for _, mt := range e.MachineTypes {
-		machineTypes = append(machineTypes, mt.Name)
-	}
+	machineTypes := e.MachineTypeNames()
 	for _, name := range sortedKeys(b.Resources) {
 		if !slices.Contains(machineTypes, name) {
 			errs = append(errs, field.NotSupported(path.Child("resources").Key(name), name, machineTypes))

@@ -20,7 +20,7 @@ providers:
   - name: cluster
     type: kubernetes
     zones: [zone-a, zone-b]
-    machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
+    machineTypes: {tiny: {cores: 1, memoryMiB: 64}}
     images: [default]
     kubernetes:
 `
@@ -97,7 +97,7 @@ func TestKubernetesBlockDefaults(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"rack": "a"}, b.NodeSelector("zone-a")); diff != "" {
 		t.Errorf("configured selector (-want +got):\n%s", diff)
 	}
-	r := b.ResourcesFor(cfg.Providers[0].MachineTypes[0])
+	r := b.ResourcesFor(cfg.Providers[0].MachineTypes["tiny"])
 	if r.Limits.Cpu().String() != "1" || r.Limits.Memory().String() != "64Mi" || r.Requests.Memory().String() != "64Mi" {
 		t.Errorf("resources from the catalogue = %+v, want 1 CPU and 64Mi requested and limited", r)
 	}

@@ -185,13 +185,8 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 
 // podFor builds the pod of a request.
 func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
-	var mt config.MachineType
-	for _, m := range p.entry.MachineTypes {
-		if m.Name == req.MachineType {
-			mt = m
-		}
-	}
-	if mt.Name == "" {
+	mt, ok := p.entry.MachineTypes[req.MachineType]
+	if !ok {
 		return nil, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "fix the providers configuration")
 	}
 	image := p.block.ImageFor(req.Image)
@@ -416,8 +411,10 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	case err != nil:
 		return classify(err, "reading pod "+name)
 	case !p.ours(pod):
-		return provider.NewPermanent(fmt.Errorf("pod %s is not managed by the operator", id),
-			"none: the operator never deletes a pod it did not create")
+		// Not ours: the Proxy's pod is gone and another took its name. It
+		// is left alone; the Proxy's credentials Secret, if still there,
+		// goes (deleteSecret checks it is ours).
+		return p.deleteSecret(ctx, name, "")
 	}
 	if pod.DeletionTimestamp == nil {
 		// The UID precondition keeps a pod that replaced ours under the same

@@ -71,7 +71,7 @@ providers:
   - name: cluster
     type: kubernetes
     zones: [zone-a, zone-b]
-    machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
+    machineTypes: {tiny: {cores: 1, memoryMiB: 64}}
     images: [default]
     kubernetes:
       namespace: %s
@@ -324,7 +324,7 @@ providers:
   - name: cluster
     type: kubernetes
     zones: [%s, empty-zone]
-    machineTypes: [{name: tiny, cpus: 1, memoryMiB: 64}]
+    machineTypes: {tiny: {cores: 1, memoryMiB: 64}}
     images: [default]
     kubernetes: {namespace: %s}
 `, zone, podNS)), provider.Types{kubernetes.Type}.Registry())

@@ -35,7 +35,7 @@ func BenchmarkKVM2Resync(b *testing.B) {
 	e := benchEntry(b, l)
 	// 32 MiB is enough for a BIOS that finds nothing to boot, and lets a
 	// small machine hold hundreds of domains.
-	e.MachineTypes[0].MemoryMiB = 32
+	e.MachineTypes["small"] = config.MachineType{Name: "small", Cores: 1, MemoryMiB: 32}
 	p, err := New(Options{Entry: e})
 	if err != nil {
 		b.Fatal(err)
@@ -110,7 +110,7 @@ func BenchmarkKVM2RealGuest(b *testing.B) {
 	l := libvirtlab.Start(b, libvirtlab.Options{GuestImage: true})
 	e := benchEntry(b, l)
 	e.Images = []string{"debian"}
-	e.MachineTypes[0].MemoryMiB = 512
+	e.MachineTypes["small"] = config.MachineType{Name: "small", Cores: 1, MemoryMiB: 512}
 	blk := blockOf(b, e)
 	blk.Images = map[string]Image{"debian": {Volume: l.BaseImageVolume, Kernel: l.Kernel, Initrd: l.Initrd, Cmdline: l.KernelCmdline}}
 	blk.Budgets.PollInterval = &metav1.Duration{Duration: time.Second}

@@ -36,11 +36,11 @@ func (p *Provider) planFor(req provider.Request) (plan, error) {
 	if !ok {
 		return plan{}, provider.NewPermanent(fmt.Errorf("image %q has no base volume", req.Image), "add the image's volume to the entry")
 	}
-	i := slices.IndexFunc(p.entry.MachineTypes, func(m config.MachineType) bool { return m.Name == req.MachineType })
-	if i < 0 {
+	mt, ok := p.entry.MachineTypes[req.MachineType]
+	if !ok {
 		return plan{}, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "use a machine type of the entry")
 	}
-	return plan{req: req, hosts: hosts, image: img, mt: p.entry.MachineTypes[i]}, nil
+	return plan{req: req, hosts: hosts, image: img, mt: mt}, nil
 }
 
 // found is a domain of the request's name on one host.
@@ -163,7 +163,7 @@ func (p *Provider) define(ctx context.Context, pl plan, lists [][]domainInfo) er
 		Mark:       mark{OwnerUID: pl.req.OwnerUID, Name: pl.req.Name, Owner: pl.req.Owner.String(), CreatedAt: p.now()},
 		DomainType: p.block.Type(),
 		Machine:    p.block.MachineType(),
-		Cores:      pl.mt.CPUs,
+		Cores:      pl.mt.Cores,
 		MemoryMiB:  pl.mt.MemoryMiB,
 		Pool:       p.block.Pool,
 		MAC:        macFor(pl.req.OwnerUID, pl.req.Name),

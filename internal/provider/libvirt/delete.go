@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/go-logr/logr"
+
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -13,7 +15,8 @@ import (
 // seed, undefine (with NVRAM and managed save), one step per call,
 // InProgress between steps. The domain is undefined last, so that a
 // restarted operator still finds its volumes through it. A domain at the
-// name without the operator's mark is refused (Permanent) and left alone.
+// name without the operator's mark is left alone, and the instance counts as
+// gone.
 func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	h, name, err := p.parseID(id)
 	if err != nil {
@@ -42,8 +45,11 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 		return classify(fmt.Sprintf("reading domain %s on host %s", name, h.Name), err)
 	}
 	if !f.Marked {
-		return provider.NewPermanent(fmt.Errorf("domain %s on host %s does not carry the operator's mark: refusing to delete it", name, h.Name),
-			"the domain is not the operator's; remove it by hand if it should go, or clear the Proxy's instance id")
+		// The Proxy's own domain is gone and another took its name: it is
+		// left alone, and the Proxy's instance counts as gone.
+		logr.FromContextOrDiscard(ctx).Info("leaving alone a domain without the operator's mark at the instance's name", "host", h.Name, "domain", name)
+		p.forget(h.Name, name)
+		return nil
 	}
 	gone, err := p.removeStep(ctx, h, d, f)
 	if err != nil {

@@ -52,7 +52,7 @@ func labEntry(t testing.TB, l *libvirtlab.Lab, typ string) *config.Entry {
 	n, _ := strconv.Atoi(port)
 	return &config.Entry{
 		Name: typ + "-lab", Type: typ, Zones: []string{"a"}, Images: []string{noOSImage},
-		MachineTypes: []config.MachineType{{Name: "small", CPUs: 1, MemoryMiB: 64}},
+		MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 64}},
 		Block: &Block{
 			Hosts:          []Host{{Name: "kvm1", Address: host, Port: n, User: l.SSHUser, Zone: "a"}},
 			PrivateKeyFile: l.PrivateKeyFile,

@@ -46,8 +46,12 @@ func (p *Provider) checkNode(ctx context.Context, node string) provider.Verdict 
 	st, err := p.api.storageStatus(ctx, node, p.block.ISOStorage)
 	if err != nil {
 		reason := reasonFor(err)
-		if ae, ok := apiErr(err); ok && ae.Status == 400 && ae.Fields["storage"] != "" {
-			reason = ReasonStorageNotFound // F23
+		if ae, ok := apiErr(err); ok && (ae.Status == 500 || (ae.Status == 400 && ae.Fields["storage"] != "")) {
+			// F23: an unknown storage is a 400 with a storage field error;
+			// a storage that is configured but cannot be read on this node
+			// (not mounted, not available there) answers 500. Either way
+			// the seeds have nowhere to go.
+			reason = ReasonStorageNotFound
 		}
 		return fail(reason, err, "reading ISO storage "+p.block.ISOStorage)
 	}

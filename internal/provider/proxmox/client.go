@@ -213,13 +213,20 @@ func (c *client) httpClient() (*http.Client, error) {
 
 // call describes one API request.
 type call struct {
-	name   string // for logs and spans: "clone", "get config", ...
-	method string
-	path   string // below /api2/json, escaped
-	node   string
-	vmid   int
-	query  url.Values
-	form   url.Values
+	name    string // for logs and spans: "clone", "get config", ...
+	method  string
+	path    string // below /api2/json, escaped
+	node    string
+	vmid    int
+	storage string // the storage a storage call addresses
+	// Details logged with the call when set: the new VM of a clone, the
+	// file of an upload, the volume of a volume delete.
+	newName string
+	newVMID int
+	file    string
+	volid   string
+	query   url.Values
+	form    url.Values
 	// body, contentType and length are for uploads.
 	body        io.Reader
 	contentType string
@@ -229,9 +236,12 @@ type call struct {
 // do sends one request and decodes its data into out (when not nil).
 func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 	start := time.Now()
+	attrs := []attribute.KeyValue{attribute.String("proxmox.call", cl.name), attribute.String("proxmox.node", cl.node), attribute.Int("proxmox.vmid", cl.vmid)}
+	if cl.storage != "" {
+		attrs = append(attrs, attribute.String("proxmox.storage", cl.storage))
+	}
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "proxmox "+cl.name,
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("proxmox.call", cl.name), attribute.String("proxmox.node", cl.node), attribute.Int("proxmox.vmid", cl.vmid)))
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
 	var upid string
 	defer func() {
 		if err != nil {
@@ -243,7 +253,11 @@ func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 		}
 		span.End()
 		log := logr.FromContextOrDiscard(ctx)
-		log.V(1).Info("proxmox api call", "call", cl.name, "node", cl.node, "vmid", cl.vmid, "upid", upid, "duration", time.Since(start), "error", errText(err))
+		if log.V(1).Enabled() {
+			kv := []any{"call", cl.name, "node", cl.node, "vmid", cl.vmid, "storage", cl.storage, "upid", upid, "duration", time.Since(start)}
+			kv = append(kv, cl.details()...)
+			log.V(1).Info("proxmox api call", append(kv, "error", errText(err))...)
+		}
 		log.V(2).Info("proxmox api call details", "method", cl.method, "path", cl.path, "query", cl.query.Encode())
 	}()
 
@@ -290,7 +304,7 @@ func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return readAPIError(resp)
+		return readAPIError(resp, tok)
 	}
 	var env struct {
 		Data json.RawMessage `json:"data"`
@@ -309,6 +323,21 @@ func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 	return nil
 }
 
+// details are the call's optional log fields.
+func (cl call) details() []any {
+	var kv []any
+	if cl.newName != "" || cl.newVMID != 0 {
+		kv = append(kv, "newName", cl.newName, "newVMID", cl.newVMID)
+	}
+	if cl.file != "" {
+		kv = append(kv, "file", cl.file)
+	}
+	if cl.volid != "" {
+		kv = append(kv, "volid", cl.volid)
+	}
+	return kv
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -325,8 +354,12 @@ func transportError(ctx context.Context, err error) error {
 }
 
 // readAPIError builds an APIError from a non-200 answer (F1): the trimmed
-// body message, or the reason phrase; the body is read with a cap.
-func readAPIError(resp *http.Response) error {
+// body message, or the reason phrase; the body is read with a cap. A server
+// (or a proxy in front of it) may echo the request, Authorization header
+// included: the token and its secret are redacted from every text of the
+// error before it leaves the client, so that no log, event, span or status
+// can carry them.
+func readAPIError(resp *http.Response, tok string) error {
 	e := &APIError{Status: resp.StatusCode}
 	e.Message = strings.TrimSpace(strings.TrimPrefix(resp.Status, strconv.Itoa(resp.StatusCode)))
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -343,7 +376,32 @@ func readAPIError(resp *http.Response) error {
 	if e.Message == "" {
 		e.Message = http.StatusText(resp.StatusCode)
 	}
+	e.redact(tok)
 	return e
+}
+
+// redacted replaces a secret in API texts.
+const redacted = "[redacted]"
+
+// redact removes the token, and its secret on its own, from the error's
+// texts.
+func (e *APIError) redact(tok string) {
+	secrets := []string{tok}
+	if _, secret, ok := strings.Cut(tok, "="); ok && secret != "" {
+		secrets = append(secrets, secret)
+	}
+	clean := func(s string) string {
+		for _, sec := range secrets {
+			if sec != "" {
+				s = strings.ReplaceAll(s, sec, redacted)
+			}
+		}
+		return s
+	}
+	e.Message = clean(e.Message)
+	for k, v := range e.Fields {
+		e.Fields[k] = clean(v)
+	}
 }
 
 func vmPath(node string, vmid int) string {
@@ -401,7 +459,9 @@ func (c *client) task(ctx context.Context, cl call) (string, error) {
 }
 
 func (c *client) clone(ctx context.Context, node string, template int, form url.Values) (string, error) {
-	return c.task(ctx, call{name: "clone", method: http.MethodPost, path: vmPath(node, template) + "/clone", node: node, vmid: template, form: form})
+	newVMID, _ := strconv.Atoi(form.Get("newid"))
+	return c.task(ctx, call{name: "clone", method: http.MethodPost, path: vmPath(node, template) + "/clone", node: node, vmid: template,
+		storage: form.Get("storage"), newName: form.Get("name"), newVMID: newVMID, form: form})
 }
 
 func (c *client) resize(ctx context.Context, node string, vmid int, disk, size string) (string, error) {
@@ -424,14 +484,14 @@ func (c *client) destroy(ctx context.Context, node string, vmid int) (string, er
 
 func (c *client) storageStatus(ctx context.Context, node, storage string) (map[string]any, error) {
 	var out map[string]any
-	err := c.do(ctx, call{name: "storage status", method: http.MethodGet, node: node,
+	err := c.do(ctx, call{name: "storage status", method: http.MethodGet, node: node, storage: storage,
 		path: "/nodes/" + url.PathEscape(node) + "/storage/" + url.PathEscape(storage) + "/status"}, &out)
 	return out, err
 }
 
 // deleteVolume deletes a volume; the volid's / is escaped (F13).
 func (c *client) deleteVolume(ctx context.Context, node, storage, volid string) (string, error) {
-	return c.task(ctx, call{name: "delete volume", method: http.MethodDelete, node: node,
+	return c.task(ctx, call{name: "delete volume", method: http.MethodDelete, node: node, storage: storage, volid: volid,
 		path: "/nodes/" + url.PathEscape(node) + "/storage/" + url.PathEscape(storage) + "/content/" + url.PathEscape(volid)})
 }
 
@@ -471,7 +531,7 @@ func (c *client) upload(ctx context.Context, node, storage, filename string, see
 		_ = pr.CloseWithError(errors.New("upload ended"))
 		<-done
 	}()
-	return c.task(ctx, call{name: "upload seed", method: http.MethodPost, node: node,
+	return c.task(ctx, call{name: "upload seed", method: http.MethodPost, node: node, storage: storage, file: filename,
 		path:        "/nodes/" + url.PathEscape(node) + "/storage/" + url.PathEscape(storage) + "/upload",
 		body:        io.MultiReader(bytes.NewReader(pre), pr, bytes.NewReader(trailer)),
 		contentType: mw.FormDataContentType(),
@@ -487,7 +547,7 @@ type Volume struct {
 
 func (c *client) storageContent(ctx context.Context, node, storage, content string) ([]Volume, error) {
 	var out []Volume
-	err := c.do(ctx, call{name: "storage content", method: http.MethodGet, node: node,
+	err := c.do(ctx, call{name: "storage content", method: http.MethodGet, node: node, storage: storage,
 		path:  "/nodes/" + url.PathEscape(node) + "/storage/" + url.PathEscape(storage) + "/content",
 		query: url.Values{"content": {content}}}, &out)
 	return out, err

@@ -58,8 +58,9 @@ type Block struct {
 	TargetStorage string `json:"targetStorage,omitempty"`
 	// Bridge replaces the bridge of the VM's net0; empty keeps the template's.
 	Bridge string `json:"bridge,omitempty"`
-	// VLAN sets a VLAN tag on net0 (1 to 4094); 0 keeps the template's.
-	VLAN int `json:"vlan,omitempty"`
+	// VLANTag sets the VLAN tag of net0 (1 to 4094) when net0 is rewritten,
+	// keeping its MAC; 0 keeps the template's.
+	VLANTag int `json:"vlanTag,omitempty"`
 	// VMIDRange is where the provider allocates VMIDs.
 	VMIDRange *VMIDRange `json:"vmidRange,omitempty"`
 	// InstallGuestAgent adds a vendor-data that installs qemu-guest-agent;
@@ -205,10 +206,10 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 		errs = append(errs, config.ValidateName(path.Child("targetStorage"), b.TargetStorage)...)
 	}
 	if b.Bridge != "" && strings.ContainsAny(b.Bridge, ",= \t") {
-		errs = append(errs, field.Invalid(path.Child("bridge"), b.Bridge, "a bridge name such as vmbr0 (a VLAN goes in vlan, not vmbr0.4)"))
+		errs = append(errs, field.Invalid(path.Child("bridge"), b.Bridge, "a bridge name such as vmbr0 (a VLAN goes in vlanTag, not vmbr0.4)"))
 	}
-	if b.VLAN != 0 && (b.VLAN < 1 || b.VLAN > vlanMax) {
-		errs = append(errs, field.Invalid(path.Child("vlan"), b.VLAN, fmt.Sprintf("must be between 1 and %d", vlanMax)))
+	if b.VLANTag != 0 && (b.VLANTag < 1 || b.VLANTag > vlanMax) {
+		errs = append(errs, field.Invalid(path.Child("vlanTag"), b.VLANTag, fmt.Sprintf("must be between 1 and %d", vlanMax)))
 	}
 	if r := b.VMIDRange; r != nil {
 		rp := path.Child("vmidRange")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
@@ -19,7 +20,7 @@ providers:
   - name: lab
     type: proxmox
     zones: [zone-a]
-    machineTypes: [{name: small, cpus: 1, memoryMiB: 512}]
+    machineTypes: {small: {cores: 1, memoryMiB: 512}}
     images: [debian]
     proxmox:
 `
@@ -34,7 +35,7 @@ func TestProxmoxBlock(t *testing.T) {
 		want  []string
 	}{
 		{name: "minimal", block: proxmoxMinimal},
-		{name: "everything", block: proxmoxMinimal + "      targetStorage: local-lvm\n      bridge: vmbr1\n      vlan: 4\n" +
+		{name: "everything", block: proxmoxMinimal + "      targetStorage: local-lvm\n      bridge: vmbr1\n      vlanTag: 4\n" +
 			"      vmidRange: {min: 5000, max: 5999}\n      installGuestAgent: false\n      acceptLoopbackAddresses: true\n" +
 			"      budgets: {pollInterval: 2s, clone: 1m, running: 90s}\n"},
 		{name: "http with insecure", block: strings.Replace(strings.Replace(proxmoxMinimal, "https:", "http:", 1), "      caFile: /etc/pve/ca.pem\n", "      insecureSkipTLSVerify: true\n", 1)},
@@ -60,8 +61,8 @@ func TestProxmoxBlock(t *testing.T) {
 			want: []string{"providers[lab].proxmox.images[debian].templateVMID: Invalid value"}},
 		{name: "no iso storage", block: strings.Replace(proxmoxMinimal, "      isoStorage: seeds\n", "", 1),
 			want: []string{"providers[lab].proxmox.isoStorage: Required value"}},
-		{name: "vlan out of range", block: proxmoxMinimal + "      vlan: 4095\n",
-			want: []string{"providers[lab].proxmox.vlan: Invalid value"}},
+		{name: "vlanTag out of range", block: proxmoxMinimal + "      vlanTag: 4095\n",
+			want: []string{"providers[lab].proxmox.vlanTag: Invalid value"}},
 		{name: "vlan in bridge", block: proxmoxMinimal + "      bridge: \"vmbr0,tag=4\"\n",
 			want: []string{"providers[lab].proxmox.bridge: Invalid value"}},
 		{name: "range reversed", block: proxmoxMinimal + "      vmidRange: {min: 6000, max: 5000}\n",
@@ -78,6 +79,13 @@ func TestProxmoxBlock(t *testing.T) {
 			want: []string{"providers[lab].proxmox.budgets.running: Invalid value"}},
 		{name: "unknown field", block: proxmoxMinimal + "      apiUrl: x\n",
 			want: []string{`unknown field "apiUrl"`}},
+		// The reference name is vlanTag; there is no alias.
+		{name: "vlan is not a key", block: proxmoxMinimal + "      vlan: 4\n",
+			want: []string{`unknown field "vlan"`}},
+		{name: "vlanTag zero keeps the template's", block: proxmoxMinimal + "      vlanTag: 0\n"},
+		{name: "vlanTag highest", block: proxmoxMinimal + "      vlanTag: 4094\n"},
+		{name: "vlanTag negative", block: proxmoxMinimal + "      vlanTag: -1\n",
+			want: []string{"providers[lab].proxmox.vlanTag: Invalid value", "between 1 and 4094"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := config.Parse([]byte(proxmoxEntry+tc.block), proxmoxRegistry())
@@ -119,5 +127,40 @@ func TestProxmoxBlockDefaults(t *testing.T) {
 	}
 	if got := b.Nodes(); len(got) != 1 || got[0] != "pve1" {
 		t.Errorf("nodes %v", got)
+	}
+}
+
+// TestBlockOfAnotherTypeNamesBoth: a block under an entry of another type
+// (a copy-paste from another entry) is refused with a message that names
+// the block and the entry's type, whichever way round.
+func TestBlockOfAnotherTypeNamesBoth(t *testing.T) {
+	reg := provider.Types{proxmox.Type, kubernetes.Type}.Registry()
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{
+			name: "kubernetes block under a proxmox entry",
+			yaml: proxmoxEntry + proxmoxMinimal + "    kubernetes: {namespace: egress-proxies}\n",
+			want: []string{"providers[lab].kubernetes: Forbidden", "a kubernetes block", `type "proxmox"`},
+		},
+		{
+			name: "proxmox block under a kubernetes entry",
+			yaml: "providers:\n  - name: cluster\n    type: kubernetes\n    zones: [default]\n    images: [default]\n" +
+				"    machineTypes: {tiny: {cores: 1, memoryMiB: 64}}\n    kubernetes: {namespace: egress-proxies}\n    proxmox:\n" + proxmoxMinimal,
+			want: []string{"providers[cluster].proxmox: Forbidden", "a proxmox block", `type "kubernetes"`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := config.Parse([]byte(tc.yaml), reg)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
 	}
 }

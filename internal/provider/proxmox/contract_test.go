@@ -34,7 +34,9 @@ func (c *contractHarness) Request(_ *testing.T, uid, name string) provider.Reque
 
 func (c *contractHarness) Secrets() []string { return []string{sentinelSecret, sentinelPassword} }
 
-func (c *contractHarness) MissingID() provider.ID { return ID("pve1", DefaultVMIDMax) }
+func (c *contractHarness) MissingID() provider.ID {
+	return ID("pve1", DefaultVMIDMax, "contract-missing")
+}
 
 // writes counts the write requests the simulator has answered.
 func (c *contractHarness) writes() int64 {
@@ -88,11 +90,11 @@ func (c *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, na
 			t.Fatal(err)
 		}
 	}
-	return ID("pve1", vmid), true
+	return ID("pve1", vmid, name), true
 }
 
 func (c *contractHarness) Snapshot(_ *testing.T, id provider.ID) string {
-	_, vmid, err := parseID(id)
+	_, vmid, _, err := parseID(id)
 	if err != nil {
 		return ""
 	}

@@ -59,12 +59,12 @@ func (p *Provider) planFor(req provider.Request) (plan, error) {
 	if !ok {
 		return plan{}, provider.NewPermanent(fmt.Errorf("image %q has no template", req.Image), "add the image's templateVMID to the proxmox block")
 	}
-	i := slices.IndexFunc(p.entry.MachineTypes, func(m config.MachineType) bool { return m.Name == req.MachineType })
-	if i < 0 {
+	mt, ok := p.entry.MachineTypes[req.MachineType]
+	if !ok {
 		return plan{}, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "use a machine type of the entry")
 	}
 	node := z.Nodes[hash64(req.OwnerUID, req.Name)%uint64(len(z.Nodes))]
-	return plan{req: req, node: node, template: img.TemplateVMID, mt: p.entry.MachineTypes[i]}, nil
+	return plan{req: req, node: node, template: img.TemplateVMID, mt: mt}, nil
 }
 
 // Create implements provider.Provider. Each call does the next step of
@@ -165,7 +165,7 @@ func (p *Provider) dedupe(ctx context.Context, name string, mine []Resource) err
 		}
 		p.forget(r.VMID)
 		step := fmt.Sprintf("%s duplicate VM %d (keeping VM %d)", what, r.VMID, mine[0].VMID)
-		p.setPending(name, pending{step: step, kind: kindDuplicate, node: r.Node, upid: upid})
+		p.setPending(name, pending{step: step, kind: kindDuplicate, node: r.Node, vmid: r.VMID, upid: upid})
 		return provider.NewInProgress(step, p.poll())
 	}
 	return provider.NewInProgress("duplicates removed", p.poll())
@@ -232,7 +232,7 @@ func (p *Provider) checkTemplate(ctx context.Context, list []Resource, pl plan) 
 			return "", provider.NewPermanent(fmt.Errorf("template %d has a cloud-init drive on %s", pl.template, k), action)
 		}
 	}
-	if (p.block.Bridge != "" || p.block.VLAN != 0) && cfgStr(cfg, "net0") == "" {
+	if (p.block.Bridge != "" || p.block.VLANTag != 0) && cfgStr(cfg, "net0") == "" {
 		return "", provider.NewPermanent(fmt.Errorf("template %d has no net0 for the bridge or VLAN override", pl.template), action)
 	}
 	if pl.mt.DiskGiB > 0 {
@@ -270,14 +270,14 @@ func (p *Provider) clone(ctx context.Context, list []Resource, pl plan, vmid int
 		return classify(fmt.Sprintf("cloning template %d to VM %d on %s", pl.template, vmid, pl.node), err)
 	}
 	step := fmt.Sprintf("cloning template %d to VM %d", pl.template, vmid)
-	p.setPending(pl.req.Name, pending{step: step, kind: kindClone, node: tnode, upid: upid})
+	p.setPending(pl.req.Name, pending{step: step, kind: kindClone, node: tnode, vmid: vmid, upid: upid})
 	return provider.NewInProgress(step, p.poll())
 }
 
 // advance does the next step on our VM (Part 2 steps 7 to 11).
 func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.ID, error) {
 	name := pl.req.Name
-	id := ID(r.Node, r.VMID)
+	id := ID(r.Node, r.VMID, name)
 	if r.Lock == lockSuspended {
 		return "", provider.NewPermanent(fmt.Errorf("VM %d of this proxy is hibernated", r.VMID), "resume or destroy the VM")
 	}
@@ -326,7 +326,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 				return "", classify(fmt.Sprintf("resizing %s of VM %d", slot, r.VMID), err)
 			}
 			step := fmt.Sprintf("resizing %s of VM %d to %d GiB", slot, r.VMID, pl.mt.DiskGiB)
-			p.setPending(name, pending{step: step, kind: kindResize, node: r.Node, upid: upid})
+			p.setPending(name, pending{step: step, kind: kindResize, node: r.Node, vmid: r.VMID, upid: upid})
 			return "", provider.NewInProgress(step, p.poll())
 		}
 	}
@@ -358,7 +358,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 		return "", classify(fmt.Sprintf("starting VM %d", r.VMID), err)
 	}
 	step := fmt.Sprintf("starting VM %d", r.VMID)
-	p.setPending(name, pending{step: step, kind: kindStart, node: r.Node, upid: upid})
+	p.setPending(name, pending{step: step, kind: kindStart, node: r.Node, vmid: r.VMID, upid: upid})
 	return "", provider.NewInProgress(step, p.poll())
 }
 
@@ -395,7 +395,7 @@ func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
 		return classify(fmt.Sprintf("uploading %s to %s on %s", seedFile(pl.req.Name), p.block.ISOStorage, r.Node), err)
 	}
 	step := fmt.Sprintf("uploading the seed of VM %d", r.VMID)
-	p.setPending(pl.req.Name, pending{step: step, kind: kindSeed, node: r.Node, upid: upid})
+	p.setPending(pl.req.Name, pending{step: step, kind: kindSeed, node: r.Node, vmid: r.VMID, upid: upid})
 	return provider.NewInProgress(step, p.poll())
 }
 
@@ -403,17 +403,17 @@ func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
 func (p *Provider) configForm(pl plan, cfg map[string]any) (url.Values, error) {
 	form := url.Values{
 		"ide2":   {p.seedVolid(pl.req.Name) + ",media=cdrom"},
-		"cores":  {strconv.Itoa(pl.mt.CPUs)},
+		"cores":  {strconv.Itoa(pl.mt.Cores)},
 		"memory": {strconv.Itoa(pl.mt.MemoryMiB)},
 		"agent":  {"1"},
 		"tags":   {Tag},
 	}
-	if p.block.Bridge != "" || p.block.VLAN != 0 {
+	if p.block.Bridge != "" || p.block.VLANTag != 0 {
 		net0 := cfgStr(cfg, "net0")
 		if net0 == "" {
 			return nil, provider.NewPermanent(errors.New("the VM has no net0 for the bridge or VLAN override"), "give the template a network device")
 		}
-		form.Set("net0", rewriteNet0(net0, p.block.Bridge, p.block.VLAN))
+		form.Set("net0", rewriteNet0(net0, p.block.Bridge, p.block.VLANTag))
 	}
 	return form, nil
 }

@@ -3,18 +3,42 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+
+	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
 // Delete implements provider.Provider (Part 2, Delete): stop, delete the
 // seed, destroy with purge, one task per call, InProgress while it runs.
-// A VM without the operator's mark is refused and never touched.
+//
+// The instance is gone, and Delete succeeds, when the VMID holds no VM any
+// more or holds something that is not this instance: a container, a VM
+// without the operator's mark, or another instance's VM. Such a VM is never
+// touched. In each of these cases the instance's seed is deleted on every
+// configured node (the node of a VM that is gone is unknown); the seed's
+// name comes from the ID, so a process that never saw the VM does it too.
 func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
-	_, vmid, err := parseID(id)
+	_, vmid, name, err := parseID(id)
 	if err != nil {
 		return err
+	}
+	unlock, err := p.names.Lock(ctx, name)
+	if err != nil {
+		return provider.NewTransient(err)
+	}
+	defer unlock()
+	p.mu.Lock()
+	_, hadTask := p.tasks[name]
+	p.mu.Unlock()
+	if err := p.checkPending(ctx, name); err != nil {
+		return err
+	}
+	if hadTask && p.isDone(name, kindDestroy) {
+		p.finishDelete(ctx, name, vmid, true)
+		return nil
 	}
 	list, err := p.listing(ctx, p.now())
 	if err != nil {
@@ -22,83 +46,57 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	}
 	r, ok := find(list, vmid)
 	if !ok {
-		return p.deleteOrphanSeed(ctx, vmid)
+		return p.gone(ctx, name, vmid, "no VM has the VMID any more")
 	}
 	if r.Type != "qemu" {
-		return provider.NewPermanent(fmt.Errorf("VMID %d is a %s, not a VM of this operator", vmid, r.Type), "remove the Proxy's instance id; the container is left alone")
+		return p.gone(ctx, name, vmid, "the VMID holds a "+r.Type+", left alone")
 	}
 	if r.Status == "unknown" || (r.Lock != "" && r.Lock != lockSuspended) {
 		return provider.NewTransient(fmt.Errorf("VM %d is listed with status %q and lock %q: a task in progress, or node %s unreachable", vmid, r.Status, r.Lock, r.Node))
 	}
 	m, mok, err := p.markOf(ctx, r)
 	if isMissingVM(err) {
-		return p.deleteOrphanSeed(ctx, vmid)
+		return p.gone(ctx, name, vmid, "no VM has the VMID any more")
 	}
 	if err != nil {
 		return classify(fmt.Sprintf("reading the config of VM %d", vmid), err)
 	}
-	if !mok {
-		return provider.NewPermanent(fmt.Errorf("VM %d does not carry the operator's mark: refusing to delete it", vmid),
-			"the VM is not the operator's; remove it by hand if it should go")
-	}
-	unlock, err := p.names.Lock(ctx, m.Name)
-	if err != nil {
-		return provider.NewTransient(err)
-	}
-	defer unlock()
-	p.mu.Lock()
-	_, hadTask := p.tasks[m.Name]
-	p.mu.Unlock()
-	if err := p.checkPending(ctx, m.Name); err != nil {
-		return err
-	}
-	if hadTask {
-		// The listing predates the task's end: look again.
-		if p.isDone(m.Name, kindDestroy) {
-			p.finishDelete(m.Name, vmid)
-			return nil
-		}
-		if list, err = p.listing(ctx, p.now()); err != nil {
-			return classify("listing vms", err)
-		}
-		if r, ok = find(list, vmid); !ok {
-			return p.deleteOrphanSeed(ctx, vmid)
-		}
+	if !mok || m.Name != name {
+		return p.gone(ctx, name, vmid, "the VMID holds a VM that is not this instance's, left alone")
 	}
 	node := r.Node
 	if r.Status == "running" {
 		// Also for paused VMs (F25); a hibernated one needs no stop (F24).
 		upid, err := p.api.stop(ctx, node, vmid)
 		if isMissingVM(err) {
-			return p.deleteOrphanSeed(ctx, vmid)
+			return p.gone(ctx, name, vmid, "no VM has the VMID any more")
 		}
 		if err != nil {
 			return classify(fmt.Sprintf("stopping VM %d", vmid), err)
 		}
 		p.dropAddr(vmid)
-		return p.inProgress(m.Name, kindStop, node, upid, fmt.Sprintf("stopping VM %d", vmid))
+		return p.inProgress(name, kindStop, node, vmid, upid, fmt.Sprintf("stopping VM %d", vmid))
 	}
-	if !p.isDone(m.Name, kindSeedDelete) {
+	if !p.isDone(name, kindSeedDelete) {
 		// The seed goes before the VM, so a failed delete is retried, not leaked.
-		upid, err := p.api.deleteVolume(ctx, node, p.block.ISOStorage, p.seedVolid(m.Name))
+		upid, err := p.api.deleteVolume(ctx, node, p.block.ISOStorage, p.seedVolid(name))
 		if err != nil {
-			return p.seedDeleteError(err, node, m.Name)
+			return p.seedDeleteError(err, node, name)
 		}
-		return p.inProgress(m.Name, kindSeedDelete, node, upid, "deleting the seed of VM "+strconv.Itoa(vmid))
+		return p.inProgress(name, kindSeedDelete, node, vmid, upid, "deleting the seed of VM "+strconv.Itoa(vmid))
 	}
 	upid, err := p.api.destroy(ctx, node, vmid)
 	if isMissingVM(err) {
-		p.finishDelete(m.Name, vmid)
-		return nil
+		return p.gone(ctx, name, vmid, "no VM has the VMID any more")
 	}
 	if err != nil {
 		return classify(fmt.Sprintf("destroying VM %d", vmid), err)
 	}
-	return p.inProgress(m.Name, kindDestroy, node, upid, fmt.Sprintf("destroying VM %d", vmid))
+	return p.inProgress(name, kindDestroy, node, vmid, upid, fmt.Sprintf("destroying VM %d", vmid))
 }
 
-func (p *Provider) inProgress(name, kind, node, upid, step string) error {
-	p.setPending(name, pending{step: step, kind: kind, node: node, upid: upid})
+func (p *Provider) inProgress(name, kind, node string, vmid int, upid, step string) error {
+	p.setPending(name, pending{step: step, kind: kind, node: node, vmid: vmid, upid: upid})
 	return provider.NewInProgress(step, p.poll())
 }
 
@@ -111,33 +109,43 @@ func (p *Provider) seedDeleteError(err error, node, name string) error {
 	return classify(fmt.Sprintf("deleting seed %s on %s", seedFile(name), node), err)
 }
 
-// deleteOrphanSeed handles a VM that is gone: its seed, when its name is
-// known to this process and the seed was not deleted already, is deleted on
-// every configured node (the VM's node is unknown).
-func (p *Provider) deleteOrphanSeed(ctx context.Context, vmid int) error {
-	p.mu.Lock()
-	e, known := p.marks[vmid]
-	p.mu.Unlock()
-	if !known || !e.ok {
-		p.forget(vmid)
-		return nil
-	}
-	name := e.m.Name
-	if p.isDone(name, kindSeedDelete) {
-		p.finishDelete(name, vmid)
-		return nil
-	}
+// gone finishes the Delete of an instance whose VM is no longer at its VMID.
+// Its seed may be left on any configured node (the VM's node is unknown, and
+// it may have been cloned elsewhere before a change of placement): every
+// node's ISO storage is looked at, and the seed deleted where it is, which
+// returns InProgress until those delete tasks ended. Delete succeeds once
+// the seed is on no node, so a second Delete succeeds at once.
+func (p *Provider) gone(ctx context.Context, name string, vmid int, why string) error {
+	volid := p.seedVolid(name)
+	var refs []taskRef
 	for _, node := range p.block.Nodes() {
-		if _, err := p.api.deleteVolume(ctx, node, p.block.ISOStorage, p.seedVolid(name)); err != nil {
+		vols, err := p.api.storageContent(ctx, node, p.block.ISOStorage, "iso")
+		if err != nil {
+			return classify(fmt.Sprintf("listing ISO storage %s on %s", p.block.ISOStorage, node), err)
+		}
+		if !slices.ContainsFunc(vols, func(v Volume) bool { return v.VolID == volid }) {
+			continue
+		}
+		upid, err := p.api.deleteVolume(ctx, node, p.block.ISOStorage, volid)
+		if err != nil {
 			return p.seedDeleteError(err, node, name)
 		}
+		refs = append(refs, taskRef{node: node, upid: upid})
 	}
-	p.finishDelete(name, vmid)
-	return nil
+	if len(refs) == 0 {
+		p.finishDelete(ctx, name, vmid, false)
+		return nil
+	}
+	step := fmt.Sprintf("deleting the seed of %s (%s)", name, why)
+	p.setPending(name, pending{step: step, kind: kindSeedDelete, node: refs[0].node, vmid: vmid, upid: refs[0].upid, more: refs[1:]})
+	return provider.NewInProgress(step, p.poll())
 }
 
-func (p *Provider) finishDelete(name string, vmid int) {
+// finishDelete forgets what this process knew of the instance and logs the
+// outcome: destroyed says whether this Delete destroyed the VM.
+func (p *Provider) finishDelete(ctx context.Context, name string, vmid int, destroyed bool) {
 	p.clearName(name)
 	p.forget(vmid)
 	p.invalidateListing()
+	logr.FromContextOrDiscard(ctx).Info("proxmox vm deleted", "vmid", vmid, "name", name, "destroyed", destroyed)
 }

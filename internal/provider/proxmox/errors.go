@@ -117,6 +117,10 @@ func reasonFor(err error) string {
 		return ReasonCredentialsUnavailable
 	case errors.As(err, &ca), isTLSVerify(err):
 		return ReasonCertificateInvalid
+	case errors.As(err, &oe) && oe.Op == "dial":
+		// A dial that fails, timed out included, never reached the API:
+		// the host is down or filtered, not slow.
+		return ReasonUnreachable
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return ReasonTimeout
 	}

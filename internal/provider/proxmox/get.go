@@ -9,13 +9,16 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Get implements provider.Provider (Part 2, Get). It reads the shared
-// listing (at most one call per poll interval for all instances), the mark
-// once per VMID, and status and agent only until the VM runs with an
-// address: then the address is cached and read again only when the listing
-// shows the VM's status changed or its uptime went down (a restart).
+// Get implements provider.Provider (Part 2, Get). It reads the VM's current
+// status every time, so that a VM paused or stopped after it ran is seen at
+// the next Get (F14: the listing shows a paused VM as running). The rest
+// comes cheap: the listing is shared by every caller (at most one call per
+// poll interval for all instances), the mark is read once per VMID, and the
+// agent's address is cached while status/current shows the VM running
+// without a restart (its uptime did not go down). A Get of a running VM
+// costs one call, plus its share of the listing.
 func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
-	_, vmid, err := parseID(id)
+	_, vmid, name, err := parseID(id)
 	if err != nil {
 		return provider.Instance{}, err
 	}
@@ -59,23 +62,17 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	if !mok {
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not carry the operator's mark", vmid))
 	}
-	inst := provider.Instance{ID: ID(r.Node, vmid), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
+	if m.Name != name {
+		// Another of the operator's VMs took the VMID after ours went.
+		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d is %s now, not %s", vmid, m.Name, name))
+	}
+	inst := provider.Instance{ID: ID(r.Node, vmid, name), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
 	if r.Lock == lockSuspended {
 		// F24: hibernated is stopped.
 		p.dropAddr(vmid)
 		inst.State = provider.StateStopped
 		return inst, nil
 	}
-	p.mu.Lock()
-	a, cached := p.addrs[vmid]
-	p.mu.Unlock()
-	if cached && r.Status == "running" && r.Uptime >= a.uptime {
-		inst.State, inst.Address = provider.StateRunning, a.addr
-		return inst, nil
-	}
-	p.dropAddr(vmid)
-	// Stopped makes the operator replace the VM: it is confirmed by
-	// status/current rather than taken from a listing up to a poll old.
 	st, err := p.api.status(ctx, r.Node, vmid)
 	if err != nil {
 		return provider.Instance{}, transientUnlessPermanent(classify(fmt.Sprintf("reading the status of VM %d", vmid), err))
@@ -83,12 +80,22 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	switch {
 	case st.Status == "stopped" || st.QMPStatus == "stopped" || st.QMPStatus == "paused":
 		// F14: paused shows as running in the listing.
+		p.dropAddr(vmid)
 		inst.State = provider.StateStopped
 		return inst, nil
 	case st.QMPStatus == "prelaunch":
+		p.dropAddr(vmid)
 		inst.State = provider.StateProvisioning
 		return inst, nil
 	}
+	p.mu.Lock()
+	a, cached := p.addrs[vmid]
+	p.mu.Unlock()
+	if cached && st.Uptime >= a.uptime {
+		inst.State, inst.Address = provider.StateRunning, a.addr
+		return inst, nil
+	}
+	p.dropAddr(vmid)
 	ifaces, err := p.api.agentInterfaces(ctx, r.Node, vmid)
 	if err != nil {
 		ae, isAPI := apiErr(err)
@@ -112,7 +119,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		return inst, nil
 	}
 	p.mu.Lock()
-	p.addrs[vmid] = addrEntry{addr: addr, uptime: r.Uptime}
+	p.addrs[vmid] = addrEntry{addr: addr, uptime: st.Uptime}
 	p.mu.Unlock()
 	inst.State, inst.Address = provider.StateRunning, addr
 	return inst, nil
@@ -158,7 +165,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		if !ok {
 			continue
 		}
-		inst := provider.Instance{ID: ID(r.Node, r.VMID), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
+		inst := provider.Instance{ID: ID(r.Node, r.VMID, m.Name), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
 		switch {
 		case r.Status == "running" && r.Lock == "":
 			inst.State = provider.StateRunning

@@ -24,7 +24,7 @@ import (
 
 // sentinelSecret is the token secret; it must appear in no error, log line
 // or span.
-const sentinelSecret = "sentinel-secret-9d41e7c2"
+const sentinelSecret = "9d41e7c2-5e17-4e1a-b5ec-5e7713e1c0de"
 
 // sentinelPassword is in the user-data; the same rule applies.
 const sentinelPassword = "sentinel-password-5b0f33aa"
@@ -70,7 +70,7 @@ tokens:
       - path: /storage/seeds
         privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
   - id: "noseed@pve!t"
-    secret: "another-fake-secret"
+    secret: "a7e0f11e-0000-4000-8000-000000000002"
     acl:
       - path: /
         privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
@@ -135,7 +135,7 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 		mod(b)
 	}
 	e := &config.Entry{Name: "lab", Type: TypeName, Zones: []string{"zone-a"}, Images: []string{"debian"},
-		MachineTypes: []config.MachineType{{Name: "small", CPUs: 2, MemoryMiB: 512}, {Name: "big", CPUs: 1, MemoryMiB: 512, DiskGiB: 5}},
+		MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 2, MemoryMiB: 512}, "big": {Name: "big", Cores: 1, MemoryMiB: 512, DiskGiB: 5}},
 		Block:        b}
 	logs := &syncBuffer{}
 	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 2})

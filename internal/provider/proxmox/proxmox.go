@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,7 +77,16 @@ type pending struct {
 	step string // for the InProgress message
 	kind string // seed, clone, resize, start, stop, seed-delete, destroy
 	node string
+	vmid int
 	upid string
+	// more are further tasks of the same step (a seed delete on every
+	// node); the step is done when all of them are.
+	more []taskRef
+}
+
+// taskRef is a task on a node.
+type taskRef struct {
+	node, upid string
 }
 
 var (
@@ -109,16 +119,28 @@ func New(o Options) (*Provider, error) {
 	}, nil
 }
 
-// ID returns the instance ID of a VM: "node/vmid".
-func ID(node string, vmid int) provider.ID { return provider.ID(node + "/" + strconv.Itoa(vmid)) }
+// ID returns the instance ID of a VM: "node/vmid/name". The name is the
+// instance name the VM was created with: it names the VM's seed, so that a
+// Delete finds the seed even when the VM is gone and the process that made
+// it has restarted, and it tells a VM that took over the VMID from ours.
+func ID(node string, vmid int, name string) provider.ID {
+	return provider.ID(node + "/" + strconv.Itoa(vmid) + "/" + name)
+}
 
-func parseID(id provider.ID) (string, int, error) {
-	node, v, ok := strings.Cut(string(id), "/")
-	vmid, err := strconv.Atoi(v)
-	if !ok || node == "" || err != nil || vmid <= 0 {
-		return "", 0, provider.NewPermanent(fmt.Errorf("instance id %q is not node/vmid", id), "the instance id was not made by the proxmox provider")
+// instanceName is the shape of the names Create is asked for: a DNS label,
+// so that it is safe in a file name and a URL path.
+var instanceName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+func parseID(id provider.ID) (node string, vmid int, name string, err error) {
+	parts := strings.Split(string(id), "/")
+	if len(parts) == 3 {
+		node, name = parts[0], parts[2]
+		vmid, err = strconv.Atoi(parts[1])
 	}
-	return node, vmid, nil
+	if len(parts) != 3 || node == "" || err != nil || vmid <= 0 || !instanceName.MatchString(name) {
+		return "", 0, "", provider.NewPermanent(fmt.Errorf("instance id %q is not node/vmid/name", id), "the instance id was not made by the proxmox provider")
+	}
+	return node, vmid, name, nil
 }
 
 // listing returns /cluster/resources?type=vm read at or after notBefore. One
@@ -300,31 +322,35 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 	if !ok {
 		return nil
 	}
-	st, err := p.api.taskStatus(ctx, t.node, t.upid)
-	if err != nil {
-		var ae *APIError
-		if errors.As(err, &ae) && ae.Status < 595 {
-			// The task is unknown (the node restarted?): forget it and
-			// judge from what the API shows.
+	for _, ref := range append([]taskRef{{node: t.node, upid: t.upid}}, t.more...) {
+		st, err := p.api.taskStatus(ctx, ref.node, ref.upid)
+		if err != nil {
+			var ae *APIError
+			if errors.As(err, &ae) && ae.Status < 595 {
+				// The task is unknown (the node restarted?): forget it and
+				// judge from what the API shows.
+				p.mu.Lock()
+				delete(p.tasks, name)
+				p.mu.Unlock()
+				return nil
+			}
+			return classify("reading the status of the "+t.kind+" task", err)
+		}
+		if !st.Done() {
+			return provider.NewInProgress(t.step, p.poll())
+		}
+		if !st.OK() {
 			p.mu.Lock()
 			delete(p.tasks, name)
 			p.mu.Unlock()
-			return nil
+			logr.FromContextOrDiscard(ctx).Info("proxmox task failed", "task", t.kind, "node", ref.node, "vmid", t.vmid, "upid", ref.upid, "exitstatus", st.ExitStatus)
+			return provider.NewTransient(fmt.Errorf("%s task on node %s failed: %s", t.kind, ref.node, st.ExitStatus))
 		}
-		return classify("reading the status of the "+t.kind+" task", err)
-	}
-	if !st.Done() {
-		return provider.NewInProgress(t.step, p.poll())
 	}
 	p.mu.Lock()
 	delete(p.tasks, name)
-	if st.OK() {
-		p.done[name+"/"+t.kind] = true
-	}
+	p.done[name+"/"+t.kind] = true
 	p.mu.Unlock()
-	if !st.OK() {
-		return provider.NewTransient(fmt.Errorf("%s task on node %s failed: %s", t.kind, t.node, st.ExitStatus))
-	}
 	return nil
 }
 

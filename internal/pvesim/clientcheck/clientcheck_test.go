@@ -17,7 +17,7 @@ import (
 // Fake test credentials.
 const (
 	tokenID = "check@pve!client"
-	secret  = "00000000-fake-0000-0000-clientcheck1"
+	secret  = "c11e4c7e-0000-4c4e-8c4b-00000000c4ec"
 )
 
 // TestIndependentClientLifecycle: go-proxmox clones a template, writes the

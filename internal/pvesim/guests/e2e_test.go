@@ -37,7 +37,7 @@ templates:
     agent: "1"
 tokens:
   - id: "op@pve!t"
-    secret: "fake-secret-for-tests"
+    secret: "9e575000-0000-4000-8000-0000000000e2"
     acl:
       - path: /
         privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
@@ -58,7 +58,7 @@ func (a api) do(method, path string, body io.Reader, contentType string) map[str
 	if err != nil {
 		a.t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "PVEAPIToken=op@pve!t=fake-secret-for-tests")
+	req.Header.Set("Authorization", "PVEAPIToken=op@pve!t=9e575000-0000-4000-8000-0000000000e2")
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -195,7 +195,7 @@ func TestRequestThroughASimulatedVM(t *testing.T) {
 func agentAddress(t *testing.T, base string) netip.Addr {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, base+"/nodes/pve1/qemu/101/agent/network-get-interfaces", nil)
-	req.Header.Set("Authorization", "PVEAPIToken=op@pve!t=fake-secret-for-tests")
+	req.Header.Set("Authorization", "PVEAPIToken=op@pve!t=9e575000-0000-4000-8000-0000000000e2")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -267,7 +267,8 @@ func (f *Provider) Delete(ctx context.Context, id provider.ID) error {
 		return nil
 	}
 	if !in.marked {
-		return provider.NewPermanent(fmt.Errorf("instance %s is not ours", id), "none: the operator never deletes what it did not create")
+		// Not ours: left alone, and the caller's instance counts as gone.
+		return nil
 	}
 	delete(f.instances, id)
 	return nil

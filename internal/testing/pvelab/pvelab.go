@@ -25,9 +25,10 @@ const (
 	// MachineType is the catalogue's one machine type.
 	MachineType = "small"
 	// tokenID and tokenSecret are the provider's token; the secret is a
-	// fake value, good for nothing but the simulator.
+	// fake value (a lowercase UUID, like a real one), good for nothing but
+	// the simulator.
 	tokenID     = "operator@pve!lab"
-	tokenSecret = "lab-secret-not-a-real-one"
+	tokenSecret = "1ab5ec7e-0000-4000-8000-00000000001a" //nolint:gosec // G101: a fake secret the simulator accepts, nothing else.
 )
 
 // cluster is the simulated cluster; %s is the node list.
@@ -164,7 +165,7 @@ providers:
   - name: %s
     type: proxmox
     zones: [%s]
-    machineTypes: [{name: %s, cpus: 1, memoryMiB: 512}]
+    machineTypes: {%s: {cores: 1, memoryMiB: 512}}
     images: [%s]%s
     proxmox:
       apiURL: %s
