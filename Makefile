@@ -60,6 +60,7 @@ test: verify-generated vet libvirt-world ## Everything CI runs: generated files 
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 30m ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
 	cd internal/pvesim/clientcheck && $(GO) test -race -count=1 ./...
+	$(MAKE) fuzz
 	$(MAKE) lint
 
 .PHONY: libvirt-world
@@ -70,6 +71,19 @@ libvirt-world: ## Install the libvirt test world's Debian packages (when missing
 .PHONY: test-integration-proxmox
 test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and companions, docs/testing.md); they skip without PROXMOX_TEST_URL.
 	$(GO) test -tags=integration -race -timeout 30m -count=1 -run TestProxmox -v ./internal/provider/proxmox/
+
+# Fuzz targets (package:function) that `make fuzz` runs for FUZZTIME each;
+# their seed corpora are in each package's testdata/fuzz. -short keeps the
+# controller package's TestMain from starting a control plane.
+FUZZ_TARGETS := ./internal/config:FuzzParse ./internal/controller:FuzzTruncateMessage \
+	./internal/cloudinit:FuzzRender ./internal/provider/proxmox:FuzzMarkRoundTrip \
+	./internal/provider/proxmox:FuzzParseMark ./internal/provider/proxmox:FuzzAPIAnswers
+FUZZTIME ?= 10s
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (10s); a failing input is saved under the package's testdata/fuzz.
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+		env -u KUBEBUILDER_ASSETS $(GO) test -short -run '^$$' -fuzz "^$$fn\$$" -fuzztime=$(FUZZTIME) "$$pkg" || exit 1; done
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases skip).
@@ -128,6 +142,10 @@ bench: ## Measure API calls, convergence and memory of the proxmox provider agai
 	    $(GO) test -run '^$$' -bench 'BenchmarkKVM2' -benchtime 1x -timeout 30m ./internal/provider/libvirt/ ;; \
 	  *) assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench $(ARGS) ;; \
 	esac
+
+.PHONY: bench-proxy
+bench-proxy: ## Measure the forward proxy against tinyproxy and squid on loopback (installs them with apt-get when missing; ARGS='--rounds 1').
+	$(GO) run ./hack/benchproxy $(ARGS)
 
 # Targets that talk to a cluster use the current kubeconfig context and fail
 # at once, with a message, when kubectl or the cluster is missing.

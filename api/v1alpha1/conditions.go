@@ -8,6 +8,11 @@ const (
 	// ConditionHealthy is the ProviderHealth condition that is True when the
 	// provider entry can serve.
 	ConditionHealthy = "Healthy"
+	// ConditionReadsAuthorized is the ProviderHealth condition that is False
+	// when the provider's API refused (401, 403) a read the operator made
+	// for a Proxy since the previous check. It is absent when no read was
+	// refused.
+	ConditionReadsAuthorized = "ReadsAuthorized"
 	// ConditionServing is the Proxy condition that is True when the last
 	// probe through the proxy passed: it answered with its credentials,
 	// refused a wrong password and (when configured) reported its egress
@@ -109,11 +114,33 @@ const (
 	// may pass (network, busy API, lock). The operator retries with capped
 	// exponential backoff; the message has the last error.
 	ReasonTransientError = "TransientError"
+	// ReasonProviderRefused (Ready=Unknown on a Ready Proxy, else False): the
+	// provider's API refused the operator's credentials or permissions while
+	// reading the instance (HTTP 401 or 403), as it may briefly while a token
+	// is rotated or an ACL edited. The Proxy keeps its phase, address and
+	// URL, the operator retries with backoff, and the entry's ProviderHealth
+	// shows the refusal (condition ReadsAuthorized). No retry annotation is
+	// needed: the Proxy is Ready again at the first read that succeeds. If it
+	// lasts, fix the token or its privileges as the message says.
+	ReasonProviderRefused = "ProviderRefused"
 	// ReasonPermanentError (Ready=False, phase Failed): a provider call failed
 	// in a way that needs a human (permissions, missing template, quota). The
 	// operator stops retrying until the spec changes or the annotation
 	// crawl.example.com/retry is set on the Proxy.
 	ReasonPermanentError = "PermanentError"
+	// ReasonReplacementLoop (Ready=False, phase Failed): the instance was
+	// replaced more often than the operator allows in its window (by default
+	// 5 in an hour, each successor after an exponentially longer wait), so it
+	// stopped creating: something kills instances right after they start (a
+	// broken image or template, a host that stops them, a guest that cannot
+	// boot). Nothing of the Proxy runs. Find the cause in the events and on
+	// the hypervisor, then set the annotation crawl.example.com/retry on the
+	// Proxy, which starts a new window.
+	ReasonReplacementLoop = "ReplacementLoop"
+	// ReasonCreateQueued (Ready=False): the provider entry already creates
+	// as many instances at once as its maxConcurrentCreates allows; this
+	// Proxy's create waits for one of them to finish.
+	ReasonCreateQueued = "CreateQueued"
 	// ReasonDeleting (Ready=False, phase Deleting): the Proxy is being deleted
 	// and its instance removed.
 	ReasonDeleting = "Deleting"
@@ -139,6 +166,10 @@ const (
 	// ReasonCheckNotSupported (Healthy=Unknown): the provider type has no
 	// health check.
 	ReasonCheckNotSupported = "CheckNotSupported"
+	// ReasonReadRefused (ReadsAuthorized=False): the provider's API refused a
+	// read of an instance since the previous check; the message has the last
+	// refusal and what to fix if it lasts.
+	ReasonReadRefused = "ReadRefused"
 )
 
 // Reasons of a libvirt host's entry in ProviderHealth.status.targets, for
@@ -177,6 +208,14 @@ const (
 	// AnnotationRetry, set to any value on a Proxy in phase Failed, makes the
 	// operator try again. The operator removes it once it acted on it.
 	AnnotationRetry = "crawl.example.com/retry"
+	// AnnotationReleaseFinalizer, set to any value on a Proxy being deleted
+	// whose provider entry is no longer in the operator's configuration,
+	// makes the operator remove its finalizer without removing the instance,
+	// which it can no longer reach. A Warning event (ReleasedWithoutCleanup)
+	// names the instance that may be left on the hypervisor: remove it by
+	// hand. On a Proxy whose entry is configured it does nothing: the
+	// operator removes the instance first, however long that takes.
+	AnnotationReleaseFinalizer = "crawl.example.com/release-finalizer"
 	// AnnotationRotate, set on a ProxyPool, asks for an on-demand rotation:
 	// the value "all" rotates every member, otherwise it is a
 	// comma-separated list of member names. The operator marks the members

@@ -22,6 +22,7 @@ const (
 // immutable once the Proxy exists: delete and recreate the Proxy to change it.
 //
 // +kubebuilder:validation:XValidation:rule="self.auth != 'None' || (has(self.allowedSourceRanges) && size(self.allowedSourceRanges) > 0)",message="auth None needs allowedSourceRanges: a proxy without authentication must be limited to known source addresses"
+// +kubebuilder:validation:XValidation:rule="self.auth != 'None' || !has(self.allowedSourceRanges) || self.allowedSourceRanges.all(r, !isCIDR(r) || cidr(r).prefixLength() > 0)",message="auth None cannot allow every address (a /0 range such as 0.0.0.0/0 or ::/0): that is an open proxy; use auth Basic or name the clients' networks"
 type ProxySpec struct {
 	// provider is the name of an entry in the operator's providers
 	// configuration (a Proxmox VE cluster, a set of libvirt hosts, the
@@ -71,7 +72,8 @@ type ProxySpec struct {
 
 	// allowedSourceRanges lists the CIDRs (for example 203.0.113.0/24 or
 	// 2001:db8::/32) whose clients may use the proxy. Empty means any source,
-	// which is only accepted with auth Basic.
+	// which is only accepted with auth Basic; so is a /0 range (0.0.0.0/0,
+	// ::/0), which is any source too.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
@@ -164,6 +166,23 @@ type ProxyStatus struct {
 	// replacement never collides with its predecessor.
 	// +optional
 	Replacements int32 `json:"replacements,omitempty"`
+
+	// recentReplacements counts the replacements since
+	// replacementWindowStart. The operator waits longer before each one
+	// (exponential backoff) and stops with reason ReplacementLoop when there
+	// are too many in the window.
+	// +optional
+	RecentReplacements int32 `json:"recentReplacements,omitempty"`
+
+	// replacementWindowStart is when the first of recentReplacements
+	// happened.
+	// +optional
+	ReplacementWindowStart *metav1.Time `json:"replacementWindowStart,omitempty"`
+
+	// lastReplacementTime is when the instance was last replaced; the
+	// successor is created after the backoff from then.
+	// +optional
+	LastReplacementTime *metav1.Time `json:"lastReplacementTime,omitempty"`
 
 	// instanceCreationTime is when the provider accepted the create of the
 	// current instance.

@@ -29,6 +29,11 @@ const (
 	envProxyPassword = "PROXY_PASSWORD"
 )
 
+// envKubernetesServiceHost is set by the kubelet in every pod: the API
+// server's Service address, which a proxy pod always refuses as a
+// destination.
+const envKubernetesServiceHost = "KUBERNETES_SERVICE_HOST"
+
 // proxyAdminDrain is the shutdown window of the admin server, whose requests are
 // short.
 const proxyAdminDrain = 5 * time.Second
@@ -43,6 +48,13 @@ type proxyOptions struct {
 	drain          time.Duration
 	dialTimeout    time.Duration
 	idleTimeout    time.Duration
+	egressAllow    string
+	egressDeny     string
+	connectPorts   string
+	maxConcurrent  int
+	maxConnections int
+	readHeader     time.Duration
+	responseHeader time.Duration
 }
 
 // runProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
@@ -66,7 +78,14 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	fs.BoolVar(&o.allowOpen, "allow-open", false, "Run without credentials and without --allowed-source-ranges, as an open proxy.")
 	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long in-flight requests and CONNECT tunnels may go on.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", forwardproxy.DefaultDialTimeout, "Timeout of a dial to an upstream server.")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A CONNECT tunnel without traffic for that long is closed.")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A CONNECT or upgraded tunnel, or an upstream connection, without traffic for that long is closed.")
+	fs.StringVar(&o.egressAllow, "egress-allow-cidrs", "", "Comma-separated CIDRs that reopen parts of the built-in deny list of destinations (loopback, link-local, private, CGNAT, multicast, reserved).")
+	fs.StringVar(&o.egressDeny, "egress-deny-cidrs", "", "Comma-separated CIDRs refused as destinations whatever --egress-allow-cidrs say; the API server's Service address (KUBERNETES_SERVICE_HOST) always is.")
+	fs.StringVar(&o.connectPorts, "connect-ports", "443", "Comma-separated ports or from-to ranges that CONNECT may reach.")
+	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
+	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
+	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
+	fs.DurationVar(&o.responseHeader, "response-header-timeout", forwardproxy.DefaultResponseHeaderTimeout, "Time an upstream server has to answer with its headers; 504 past it.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -119,7 +138,8 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 		auth = "basic"
 	}
 	log.Info("forward proxy listening", "listen", proxyLn.Addr().String(), "admin", adminDesc,
-		"auth", auth, "allowedSourceRanges", fmt.Sprint(cfg.AllowedSourceRanges), "allowOpen", cfg.AllowOpen, "drain", o.drain)
+		"auth", auth, "allowedSourceRanges", fmt.Sprint(cfg.AllowedSourceRanges), "allowOpen", cfg.AllowOpen, "drain", o.drain,
+		"egress", cfg.Egress.String())
 	if ready != nil {
 		ready(proxyLn.Addr(), adminAddr)
 	}
@@ -134,7 +154,9 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	stopLogging := context.AfterFunc(ctx, func() { log.Info("forward proxy shutting down", "drain", o.drain) })
 	defer stopLogging()
 	go func() {
-		err := forwardproxy.Serve(proxyCtx, proxyLn, p, o.drain)
+		err := forwardproxy.ServeWith(proxyCtx, proxyLn, p, forwardproxy.ServeOptions{
+			Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections,
+		})
 		if err != nil {
 			err = fmt.Errorf("proxy: serving --listen %s: %w", o.listen, err)
 		}
@@ -165,21 +187,44 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 // config turns the options and the environment into a forwardproxy.Config
 // without Metrics and Log.
 func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, error) {
-	cfg := forwardproxy.Config{AllowOpen: o.allowOpen, DialTimeout: o.dialTimeout, IdleTimeout: o.idleTimeout}
-	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 {
-		return cfg, errors.New("--drain, --dial-timeout and --idle-timeout must not be negative")
+	cfg := forwardproxy.Config{
+		AllowOpen: o.allowOpen, DialTimeout: o.dialTimeout, IdleTimeout: o.idleTimeout,
+		ResponseHeaderTimeout: o.responseHeader, MaxConcurrent: o.maxConcurrent,
 	}
-	for s := range strings.SplitSeq(o.allowedRanges, ",") {
+	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 || o.readHeader < 0 || o.responseHeader < 0 {
+		return cfg, errors.New("--drain, --dial-timeout, --idle-timeout, --read-header-timeout and --response-header-timeout must not be negative")
+	}
+	if o.maxConcurrent < 1 || o.maxConnections < 1 {
+		return cfg, errors.New("--max-concurrent and --max-connections must be at least 1")
+	}
+	var err error
+	if cfg.AllowedSourceRanges, err = parseCIDRs("--allowed-source-ranges", o.allowedRanges); err != nil {
+		return cfg, err
+	}
+	if cfg.Egress.AllowCIDRs, err = parseCIDRs("--egress-allow-cidrs", o.egressAllow); err != nil {
+		return cfg, err
+	}
+	if cfg.Egress.DenyCIDRs, err = parseCIDRs("--egress-deny-cidrs", o.egressDeny); err != nil {
+		return cfg, err
+	}
+	if host := getenv(envKubernetesServiceHost); host != "" {
+		if ip, err := netip.ParseAddr(host); err == nil {
+			cfg.Egress.DenyCIDRs = append(cfg.Egress.DenyCIDRs, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+		}
+	}
+	for s := range strings.SplitSeq(o.connectPorts, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
-		r, err := netip.ParsePrefix(s)
+		r, err := forwardproxy.ParsePortRange(s)
 		if err != nil {
-			return cfg, fmt.Errorf("--allowed-source-ranges: %q is not a CIDR such as 203.0.113.0/24: %w", s, err)
+			return cfg, fmt.Errorf("--connect-ports: %w", err)
 		}
-		cfg.AllowedSourceRanges = append(cfg.AllowedSourceRanges, r)
+		cfg.Egress.ConnectPorts = append(cfg.Egress.ConnectPorts, r)
 	}
-	var err error
+	if len(cfg.Egress.ConnectPorts) == 0 {
+		return cfg, errors.New("--connect-ports: at least one port (the default is 443)")
+	}
 	if o.credentialsDir != "" {
 		if cfg.Username, err = readProxyCredential(o.credentialsDir, "username"); err != nil {
 			return cfg, err
@@ -198,6 +243,22 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 			envProxyUsername, envProxyPassword)
 	}
 	return cfg, nil
+}
+
+// parseCIDRs parses a comma-separated list of CIDRs given to flag.
+func parseCIDRs(flag, list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for s := range strings.SplitSeq(list, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		r, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a CIDR such as 203.0.113.0/24: %w", flag, s, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // readProxyCredential reads dir/name, without trailing newlines (files written

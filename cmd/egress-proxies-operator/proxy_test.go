@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"io"
@@ -85,7 +86,11 @@ func TestRunProxyServes(t *testing.T) {
 	type addrs struct{ proxy, admin net.Addr }
 	ready := make(chan addrs, 1)
 	done := make(chan error, 1)
-	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--credentials-dir", dir, "--drain", "1m"}
+	// The origin and the tunnel target are on loopback, on random ports:
+	// the egress policy must be widened for them (TestRunProxyEgress
+	// shows the default).
+	args := []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--credentials-dir", dir, "--drain", "1m",
+		"--egress-allow-cidrs", "127.0.0.0/8", "--connect-ports", "443,1024-65535"}
 	// The environment's credentials lose to the directory's.
 	env := proxyEnv(map[string]string{envProxyUsername: "envuser", envProxyPassword: "envpass"})
 	go func() {
@@ -293,6 +298,31 @@ func TestRunProxyRefuses(t *testing.T) {
 			want: []string{"PROXY_USERNAME", "PROXY_PASSWORD"},
 		},
 		{
+			name: "bad egress CIDR", reason: "a typo in the egress policy must not widen or empty it silently",
+			args: []string{"--credentials-dir", full, "--egress-allow-cidrs", "127.0.0.0/8,everything"},
+			want: []string{"--egress-allow-cidrs", `"everything"`},
+		},
+		{
+			name: "bad deny CIDR", reason: "same for the deny list",
+			args: []string{"--credentials-dir", full, "--egress-deny-cidrs", "203.0.113.0/33"},
+			want: []string{"--egress-deny-cidrs", `"203.0.113.0/33"`},
+		},
+		{
+			name: "bad connect port", reason: "a port that does not parse is refused, not ignored",
+			args: []string{"--credentials-dir", full, "--connect-ports", "443,https"},
+			want: []string{"--connect-ports", `"https"`},
+		},
+		{
+			name: "no connect port", reason: "an empty list is a mistake, not 'every port'",
+			args: []string{"--credentials-dir", full, "--connect-ports", ","},
+			want: []string{"--connect-ports", "at least one"},
+		},
+		{
+			name: "no capacity", reason: "a cap of zero would refuse everything",
+			args: []string{"--credentials-dir", full, "--max-concurrent", "0"},
+			want: []string{"--max-concurrent"},
+		},
+		{
 			name: "bad duration", reason: "flag errors name the flag",
 			args: []string{"--allow-open", "--drain", "soon"},
 			want: []string{"-drain"},
@@ -335,6 +365,110 @@ func TestRunProxyRefuses(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), proxyPassword) {
 				t.Errorf("the error shows the password: %q", err)
+			}
+		})
+	}
+}
+
+// The egress flags and the pod's environment make the policy: the default
+// refuses loopback and ports other than 443, the flags widen and narrow it,
+// and the API server's Service address is always refused.
+func TestRunProxyEgress(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello from the origin")
+	}))
+	t.Cleanup(origin.Close)
+	originHost := strings.TrimPrefix(origin.URL, "http://")
+	for _, tc := range []struct {
+		name       string
+		reason     string
+		args       []string
+		env        map[string]string
+		connect    bool
+		wantStatus int
+		wantDenied string
+	}{
+		{name: "default", reason: "loopback is refused by default", wantStatus: http.StatusForbidden, wantDenied: "loopback"},
+		{
+			name: "default CONNECT", reason: "CONNECT reaches 443 only by default",
+			args: []string{"--egress-allow-cidrs", "127.0.0.0/8"}, connect: true, wantStatus: http.StatusForbidden, wantDenied: "port",
+		},
+		{
+			name: "widened", reason: "--egress-allow-cidrs reopens loopback",
+			args: []string{"--egress-allow-cidrs", "127.0.0.0/8"}, wantStatus: http.StatusOK,
+		},
+		{
+			name: "widened CONNECT", reason: "--connect-ports opens the origin's port",
+			args:    []string{"--egress-allow-cidrs", "127.0.0.0/8", "--connect-ports", "1024-65535"},
+			connect: true, wantStatus: http.StatusOK,
+		},
+		{
+			name: "narrowed", reason: "--egress-deny-cidrs wins over --egress-allow-cidrs",
+			args:       []string{"--egress-allow-cidrs", "127.0.0.0/8", "--egress-deny-cidrs", "127.0.0.1/32"},
+			wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+		},
+		{
+			name: "API server", reason: "the pod's KUBERNETES_SERVICE_HOST is refused whatever the flags say",
+			args:       []string{"--egress-allow-cidrs", "127.0.0.0/8"},
+			env:        map[string]string{envKubernetesServiceHost: "127.0.0.1"},
+			wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			ready := make(chan net.Addr, 1)
+			env := map[string]string{envProxyUsername: "crawler", envProxyPassword: proxyPassword}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0", "--drain", "1s"}, tc.args...)
+			go func() {
+				done <- serveProxy(ctx, args, proxyEnv(env), funcr.New(func(string, string) {}, funcr.Options{}),
+					func(proxy, _ net.Addr) { ready <- proxy })
+			}()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("runProxy: %v", err)
+				}
+			})
+			var addr net.Addr
+			select {
+			case addr = <-ready:
+			case err := <-done:
+				t.Fatalf("runProxy returned %v before listening", err)
+			case <-time.After(proxyWait):
+				t.Fatal("runProxy did not listen")
+			}
+			req := "GET " + origin.URL + "/ HTTP/1.1\r\nHost: " + originHost + "\r\n"
+			if tc.connect {
+				req = "CONNECT " + originHost + " HTTP/1.1\r\nHost: " + originHost + "\r\n"
+			}
+			auth := base64.StdEncoding.EncodeToString([]byte("crawler:" + proxyPassword))
+			c, err := net.DialTimeout("tcp", addr.String(), proxyWait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = c.Close() }()
+			_ = c.SetDeadline(time.Now().Add(proxyWait))
+			if _, err := io.WriteString(c, req+"Proxy-Authorization: Basic "+auth+"\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			method := http.MethodGet
+			if tc.connect {
+				method = http.MethodConnect
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if diff := cmp.Diff(tc.wantStatus, resp.StatusCode); diff != "" {
+				t.Errorf("%s: status (-want +got):\n%s", tc.reason, diff)
+			}
+			if diff := cmp.Diff(tc.wantDenied, resp.Header.Get("X-Egress-Denied")); diff != "" {
+				t.Errorf("%s: X-Egress-Denied (-want +got):\n%s", tc.reason, diff)
 			}
 		})
 	}

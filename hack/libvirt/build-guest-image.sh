@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds (once, cached) the real guest image the libvirt test world boots:
-# Debian 12 minbase with systemd, cloud-init, tinyproxy, qemu-guest-agent and
+# Debian 12 minbase with systemd, cloud-init, tinyproxy, nftables, qemu-guest-agent and
 # the cloud kernel, as a qcow2 made without loop mounts, plus the kernel and
 # initrd beside it for direct kernel boot. Prints the image's directory.
 #
@@ -70,6 +70,7 @@ packages=(
   linux-image-cloud-amd64 # virtio drivers, booted directly by libvirt
   cloud-init netbase iproute2
   tinyproxy
+  nftables # the rendered user-data's egress rules for the tinyproxy user
   qemu-guest-agent
 )
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 )
 
 // ConfigPath is where tinyproxy reads its configuration on the systemd-based
@@ -28,6 +30,10 @@ type Proxy struct {
 	// ExtraUserData is the user's own user-data, appended as a second part.
 	// It must start with "#cloud-config" or "#!".
 	ExtraUserData string
+	// Egress is the entry's destination policy: ConnectPort lines in
+	// tinyproxy.conf, and nftables rules that refuse the denied
+	// destinations to the tinyproxy user (see NftablesRules).
+	Egress config.EgressPolicy
 }
 
 // credentialRE is what a username or password may hold: characters that need
@@ -71,17 +77,31 @@ func Render(p Proxy) ([]byte, error) {
 	if p.Username == "" && len(p.AllowedSourceRanges) == 0 {
 		return nil, errors.New("refusing to render an open proxy: without credentials, allowed source ranges are required")
 	}
+	connectPorts, err := connectPortLines(p.Egress.ConnectPorts)
+	if err != nil {
+		return nil, err
+	}
 	cc := cloudConfig{
 		PackageUpdate: true,
-		Packages:      []string{"tinyproxy"},
-		WriteFiles: []writeFile{{
-			Path:        ConfigPath,
-			Owner:       "root:tinyproxy",
-			Permissions: "0640",
-			Defer:       true,
-			Content:     TinyproxyConf(p),
-		}},
+		Packages:      []string{"tinyproxy", "nftables"},
+		WriteFiles: []writeFile{
+			{
+				Path:        ConfigPath,
+				Owner:       "root:tinyproxy",
+				Permissions: "0640",
+				Defer:       true,
+				Content:     tinyproxyConf(p, connectPorts),
+			},
+			{Path: NftablesPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: NftablesRules(p.Egress)},
+			{Path: nftablesUnitPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: nftablesUnit},
+			{Path: tinyproxyDropInPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: tinyproxyDropIn},
+		},
+		// The rules load before tinyproxy starts, and tinyproxy requires
+		// them: if they fail to load, it does not run, and the proxy never
+		// becomes Ready rather than running as a door into the network.
 		RunCmd: [][]string{
+			{"systemctl", "daemon-reload"},
+			{"systemctl", "enable", "--now", nftablesUnitName},
 			{"systemctl", "enable", "tinyproxy"},
 			{"systemctl", "restart", "tinyproxy"},
 		},
@@ -97,8 +117,14 @@ func Render(p Proxy) ([]byte, error) {
 	return multipart(own, p.ExtraUserData)
 }
 
-// TinyproxyConf returns tinyproxy's configuration file for p.
+// TinyproxyConf returns tinyproxy's configuration file for p; p must be
+// valid for Render.
 func TinyproxyConf(p Proxy) string {
+	ports, _ := connectPortLines(p.Egress.ConnectPorts)
+	return tinyproxyConf(p, ports)
+}
+
+func tinyproxyConf(p Proxy, connectPorts []int) string {
 	var b strings.Builder
 	b.WriteString("# Written by egress-proxies-operator through cloud-init; changes are lost when the proxy is replaced.\n")
 	b.WriteString("User tinyproxy\nGroup tinyproxy\n")
@@ -112,6 +138,11 @@ func TinyproxyConf(p Proxy) string {
 	// tinyproxy allows every source when no Allow line is present.
 	for _, r := range p.AllowedSourceRanges {
 		fmt.Fprintf(&b, "Allow %s\n", r.Masked())
+	}
+	// tinyproxy allows CONNECT to every port when no ConnectPort line is
+	// present; connectPortLines returns none only for 1-65535.
+	for _, port := range connectPorts {
+		fmt.Fprintf(&b, "ConnectPort %d\n", port)
 	}
 	return b.String()
 }

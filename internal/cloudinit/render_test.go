@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 )
 
 // secretSentinel stands for a password: no error may ever quote it.
@@ -41,12 +43,12 @@ func parseCloudConfig(t *testing.T, data []byte) map[string]any {
 	return doc
 }
 
-// confDirectives returns the Port, BasicAuth and Allow lines of a tinyproxy
+// confDirectives returns the Port, BasicAuth, Allow and ConnectPort lines of a tinyproxy
 // configuration, in order: the lines whose values come from the Proxy.
 func confDirectives(conf string) []string {
 	var out []string
 	for line := range strings.SplitSeq(conf, "\n") {
-		for _, d := range []string{"Port ", "BasicAuth ", "Allow "} {
+		for _, d := range []string{"Port ", "BasicAuth ", "Allow ", "ConnectPort "} {
 			if strings.HasPrefix(line, d) {
 				out = append(out, line)
 			}
@@ -69,19 +71,35 @@ func TestRenderCloudConfig(t *testing.T) {
 			reason: "both protections are written: BasicAuth with the credentials and one Allow per range",
 			proxy: Proxy{Port: 3128, Username: "crawler", Password: "s3cr.et_~-X",
 				AllowedSourceRanges: prefixes(t, "192.0.2.0/24", "198.51.100.7/32")},
-			wantDirectives: []string{"Port 3128", "BasicAuth crawler s3cr.et_~-X", "Allow 192.0.2.0/24", "Allow 198.51.100.7/32"},
+			wantDirectives: []string{"Port 3128", "BasicAuth crawler s3cr.et_~-X", "Allow 192.0.2.0/24", "Allow 198.51.100.7/32", "ConnectPort 443"},
 		},
 		{
 			name:           "ranges only, unmasked",
-			reason:         "a range written with host bits (10.1.2.3/8) must become the network (10.0.0.0/8), IPv6 included; no BasicAuth line without credentials",
-			proxy:          Proxy{Port: 8888, AllowedSourceRanges: prefixes(t, "10.1.2.3/8", "2001:db8::1/32")},
-			wantDirectives: []string{"Port 8888", "Allow 10.0.0.0/8", "Allow 2001:db8::/32"},
+			reason:         "a range written with host bits (198.51.100.7/24) must become the network (198.51.100.0/24), IPv6 included; no BasicAuth line without credentials",
+			proxy:          Proxy{Port: 8888, AllowedSourceRanges: prefixes(t, "198.51.100.7/24", "2001:db8::1/32")},
+			wantDirectives: []string{"Port 8888", "Allow 198.51.100.0/24", "Allow 2001:db8::/32", "ConnectPort 443"},
 		},
 		{
 			name:           "credentials only",
-			reason:         "without ranges there is no Allow line, which tinyproxy reads as any source, guarded by BasicAuth",
+			reason:         "without ranges there is no Allow line, which tinyproxy reads as any source, guarded by BasicAuth; CONNECT to 443 only by default",
 			proxy:          Proxy{Port: 65535, Username: "u", Password: "p"},
-			wantDirectives: []string{"Port 65535", "BasicAuth u p"},
+			wantDirectives: []string{"Port 65535", "BasicAuth u p", "ConnectPort 443"},
+		},
+		{
+			name:   "connect ports",
+			reason: "each allowed CONNECT port is one ConnectPort line, ranges expanded",
+			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: config.EgressPolicy{
+				ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8443, To: 8445}},
+			}},
+			wantDirectives: []string{"Port 3128", "BasicAuth u p", "ConnectPort 443", "ConnectPort 8443", "ConnectPort 8444", "ConnectPort 8445"},
+		},
+		{
+			name:   "every connect port",
+			reason: "1-65535 is written as no ConnectPort line, which tinyproxy reads as every port",
+			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: config.EgressPolicy{
+				ConnectPorts: []config.PortRange{{From: 1, To: 65535}},
+			}},
+			wantDirectives: []string{"Port 3128", "BasicAuth u p"},
 		},
 	}
 	for _, tc := range tests {
@@ -92,21 +110,26 @@ func TestRenderCloudConfig(t *testing.T) {
 			}
 			doc := parseCloudConfig(t, data)
 
-			if diff := cmp.Diff([]any{"tinyproxy"}, doc["packages"]); diff != "" {
-				t.Errorf("packages mismatch (-want +got): tinyproxy must be installed from the image's distribution:\n%s", diff)
+			if diff := cmp.Diff([]any{"tinyproxy", "nftables"}, doc["packages"]); diff != "" {
+				t.Errorf("packages mismatch (-want +got): tinyproxy and nftables must be installed from the image's distribution:\n%s", diff)
 			}
+			// The egress rules load (and are enabled for every boot)
+			// before tinyproxy starts.
 			wantRunCmd := []any{
+				[]any{"systemctl", "daemon-reload"},
+				[]any{"systemctl", "enable", "--now", "egress-proxy-nftables.service"},
 				[]any{"systemctl", "enable", "tinyproxy"},
 				[]any{"systemctl", "restart", "tinyproxy"},
 			}
 			if diff := cmp.Diff(wantRunCmd, doc["runcmd"]); diff != "" {
-				t.Errorf("runcmd mismatch (-want +got): tinyproxy must be restarted to read the written configuration:\n%s", diff)
+				t.Errorf("runcmd mismatch (-want +got): the rules first, then tinyproxy restarted to read the written configuration:\n%s", diff)
 			}
 
 			files, ok := doc["write_files"].([]any)
-			if !ok || len(files) != 1 {
-				t.Fatalf("write_files = %#v, want exactly one file", doc["write_files"])
+			if !ok || len(files) != 4 {
+				t.Fatalf("write_files = %#v, want four files", doc["write_files"])
 			}
+			checkEgressFiles(t, files[1:], tc.proxy)
 			file, ok := files[0].(map[string]any)
 			if !ok {
 				t.Fatalf("write_files[0] = %#v, want a mapping", files[0])
@@ -139,7 +162,7 @@ func TestRenderIsDeterministic(t *testing.T) {
 	// The same Proxy must always give the same bytes: the Request built from
 	// it must be equal across reconciles for Create to be idempotent.
 	p := Proxy{Port: 3128, Username: "u", Password: "p",
-		AllowedSourceRanges: prefixes(t, "10.0.0.0/8", "2001:db8::/32", "192.0.2.0/24"),
+		AllowedSourceRanges: prefixes(t, "198.51.100.0/24", "2001:db8::/32", "192.0.2.0/24"),
 		ExtraUserData:       "#cloud-config\npackages: [htop]\n"}
 	first, err := Render(p)
 	if err != nil {

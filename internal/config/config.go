@@ -62,8 +62,32 @@ type Entry struct {
 	// Probe says how the operator checks the entry's proxies through the
 	// proxy (docs/pools.md).
 	Probe Probe `json:"probe,omitzero"`
+	// MaxConcurrentCreates caps how many of the entry's instances are being
+	// created at once (created, not yet running with an address): a fleet
+	// that replaces everything at once after an outage must not flood the
+	// hypervisor. Zero means DefaultMaxConcurrentCreates.
+	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty"`
+	// EgressPolicy is where the entry's proxies may connect; see
+	// EgressPolicy.
+	EgressPolicy EgressPolicy `json:"egressPolicy,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
+}
+
+// DefaultMaxConcurrentCreates is an entry's cap on concurrent creates when
+// it sets none: enough for a cluster to clone in parallel, few enough that
+// a mass replacement queues rather than piles up.
+const DefaultMaxConcurrentCreates = 10
+
+// maxMaxConcurrentCreates is the largest cap accepted, to catch typos.
+const maxMaxConcurrentCreates = 1000
+
+// CreateLimit returns the entry's cap on concurrent creates.
+func (e *Entry) CreateLimit() int {
+	if e.MaxConcurrentCreates == 0 {
+		return DefaultMaxConcurrentCreates
+	}
+	return e.MaxConcurrentCreates
 }
 
 // MachineType is one instance size, written as a value of the machineTypes
@@ -90,7 +114,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {
@@ -207,6 +231,11 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 
 	errs = append(errs, validateCatalogues(path, &e)...)
 	errs = append(errs, validateProbe(path.Child("probe"), e.Probe)...)
+	if e.MaxConcurrentCreates < 0 || e.MaxConcurrentCreates > maxMaxConcurrentCreates {
+		errs = append(errs, field.Invalid(path.Child("maxConcurrentCreates"), e.MaxConcurrentCreates,
+			fmt.Sprintf("must be between 1 and %d, or unset for %d", maxMaxConcurrentCreates, DefaultMaxConcurrentCreates)))
+	}
+	errs = append(errs, e.EgressPolicy.validate(path.Child("egressPolicy"))...)
 
 	if known {
 		blk := newBlock()

@@ -6,6 +6,7 @@ package config_test
 import (
 	"errors"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +128,51 @@ func TestParse(t *testing.T) {
 			wantProblems: 1,
 		},
 		{
+			name:   "egress policy",
+			reason: "the administrator widens and narrows the destinations per entry; ports are numbers or ranges",
+			yaml: minimal + "  egressPolicy:\n    allowCIDRs: [127.0.0.0/8, 'fd00::/8']\n    denyCIDRs: [203.0.113.0/24]\n" +
+				"    connectPorts: [443, '8000-8999', '8443']\n",
+			want: &config.Config{Providers: []config.Entry{{
+				Name: "lab", Type: "fake", Zones: []string{"z1"},
+				MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}},
+				Images:       []string{"debian-12"},
+				EgressPolicy: config.EgressPolicy{
+					AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
+					DenyCIDRs:    []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
+					ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}, {From: 8443, To: 8443}},
+				},
+				Block: &fakeprovider.Block{},
+			}}},
+		},
+		{
+			name:         "egress policy with host bits",
+			reason:       "198.51.100.7/24 is most likely a typo for one address or the network: say which",
+			yaml:         minimal + "  egressPolicy: {denyCIDRs: [198.51.100.7/24]}\n",
+			wantErr:      []string{"providers[lab].egressPolicy.denyCIDRs[0]", "198.51.100.0/24"},
+			wantProblems: 1,
+		},
+		{
+			name:         "egress policy with a reversed port range",
+			reason:       "9000-8000 holds no port",
+			yaml:         minimal + "  egressPolicy: {connectPorts: ['9000-8000', 0]}\n",
+			wantErr:      []string{"providers[lab].egressPolicy.connectPorts[0]", "providers[lab].egressPolicy.connectPorts[1]"},
+			wantProblems: 2,
+		},
+		{
+			name:         "egress policy with a bad CIDR",
+			reason:       "a CIDR that does not parse fails the entry (decoded with the common fields, so named by index)",
+			yaml:         minimal + "  egressPolicy: {allowCIDRs: [everything]}\n",
+			wantErr:      []string{"providers[0]", "everything"},
+			wantProblems: 1,
+		},
+		{
+			name:         "egress policy with a bad port",
+			reason:       "a port past 65535 fails the entry",
+			yaml:         minimal + "  egressPolicy: {connectPorts: [70000]}\n",
+			wantErr:      []string{"providers[0]", "70000"},
+			wantProblems: 1,
+		},
+		{
 			name:         "unknown top-level key",
 			reason:       "a misspelt `providers` must not read as an empty file",
 			yaml:         "provider: []\n",
@@ -152,6 +198,13 @@ func TestParse(t *testing.T) {
 			reason:       "a typo such as zonez must be reported at its path, not silently dropped",
 			yaml:         minimal + "  zonez: [z2]\n",
 			wantErr:      []string{"providers[lab].zonez", "unknown field", `"zones"`},
+			wantProblems: 1,
+		},
+		{
+			name:         "negative maxConcurrentCreates",
+			reason:       "a cap below one would stop every create; a typo must be refused, not read as the default",
+			yaml:         minimal + "  maxConcurrentCreates: -1\n",
+			wantErr:      []string{"providers[lab].maxConcurrentCreates", "between 1 and 1000"},
 			wantProblems: 1,
 		},
 		{
@@ -277,7 +330,7 @@ func TestParse(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Parse() error = %v, want none (%s)", err, tc.reason)
 				}
-				if diff := cmp.Diff(tc.want, got); diff != "" {
+				if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
 					t.Errorf("Parse() mismatch (-want +got) (%s):\n%s", tc.reason, diff)
 				}
 				return

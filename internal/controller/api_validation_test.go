@@ -29,6 +29,24 @@ func TestAPIServerRejectsInvalidProxies(t *testing.T) {
 			want:   "auth None needs allowedSourceRanges",
 		},
 		{
+			name:   "auth None open to every IPv4 address",
+			reason: "0.0.0.0/0 is any source: with auth None it is an open proxy, which gets abused within hours",
+			mutate: func(p *crawlv1alpha1.Proxy) {
+				p.Spec.Auth = crawlv1alpha1.ProxyAuthNone
+				p.Spec.AllowedSourceRanges = []string{"203.0.113.0/24", "0.0.0.0/0"}
+			},
+			want: "auth None cannot allow every address",
+		},
+		{
+			name:   "auth None open to every IPv6 address",
+			reason: "::/0 is the same door for IPv6 clients",
+			mutate: func(p *crawlv1alpha1.Proxy) {
+				p.Spec.Auth = crawlv1alpha1.ProxyAuthNone
+				p.Spec.AllowedSourceRanges = []string{"::/0"}
+			},
+			want: "auth None cannot allow every address",
+		},
+		{
 			name:   "malformed CIDR",
 			reason: "tinyproxy would refuse to start on it, long after the user looked away",
 			mutate: func(p *crawlv1alpha1.Proxy) { p.Spec.AllowedSourceRanges = []string{"203.0.113.0/33"} },

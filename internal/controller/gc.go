@@ -48,6 +48,10 @@ type GarbageCollector struct {
 	GracePeriod time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// refusals collects the listings the providers refused, for
+	// ProviderHealth; nil records none.
+	refusals *refusalLog
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch
@@ -111,6 +115,9 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 		prov := g.Providers[name]
 		instances, err := prov.ListByTag(ctx)
 		if err != nil {
+			if provider.IsRefused(err) {
+				g.refusals.record(name, err.Error(), now())
+			}
 			log.Info("skipping provider this pass: listing failed", "provider", name, "error", err.Error())
 			if firstErr == nil {
 				firstErr = err

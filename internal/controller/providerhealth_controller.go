@@ -35,6 +35,10 @@ type HealthReporter struct {
 	Interval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// refusals are the reads the entries' APIs refused, recorded by the
+	// Proxy reconciler and garbage collection; nil records none.
+	refusals *refusalLog
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=providerhealths,verbs=get;list;watch;create;delete
@@ -121,7 +125,15 @@ func (h *HealthReporter) write(ctx context.Context, e *config.Entry, supported b
 		return fmt.Errorf("reading provider health %s: %w", e.Name, err)
 	}
 	before := ph.DeepCopy()
-	ph.Status = computeHealth(ph.Status, e.Type, supported, verdicts, now)
+	var refused *refusal
+	var lastCheck time.Time
+	if ph.Status.LastCheckTime != nil {
+		lastCheck = ph.Status.LastCheckTime.Time
+	}
+	if r, ok := h.refusals.since(e.Name, lastCheck); ok {
+		refused = &r
+	}
+	ph.Status = computeHealth(ph.Status, e.Type, supported, verdicts, refused, now)
 	if equality.Semantic.DeepEqual(before.Status, ph.Status) {
 		return nil
 	}

@@ -14,9 +14,10 @@ import (
 )
 
 // computeHealth derives a ProviderHealth status from one check's verdicts.
-// supported is false for provider types without a Checker. prev carries the
-// condition's last transition time over when nothing changed.
-func computeHealth(prev crawlv1alpha1.ProviderHealthStatus, typ string, supported bool, verdicts []provider.Verdict, now time.Time) crawlv1alpha1.ProviderHealthStatus {
+// supported is false for provider types without a Checker. refused is the
+// last read the entry's API refused since the previous check, or nil. prev
+// carries the conditions' last transition times over when nothing changed.
+func computeHealth(prev crawlv1alpha1.ProviderHealthStatus, typ string, supported bool, verdicts []provider.Verdict, refused *refusal, now time.Time) crawlv1alpha1.ProviderHealthStatus {
 	s := crawlv1alpha1.ProviderHealthStatus{Type: typ, Conditions: append([]metav1.Condition(nil), prev.Conditions...)}
 	t := metav1.NewTime(now)
 	s.LastCheckTime = &t
@@ -24,6 +25,16 @@ func computeHealth(prev crawlv1alpha1.ProviderHealthStatus, typ string, supporte
 		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
 			Type: crawlv1alpha1.ConditionHealthy, Status: status, Reason: reason, Message: msg, LastTransitionTime: t,
 		})
+	}
+	if refused != nil {
+		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: crawlv1alpha1.ConditionReadsAuthorized, Status: metav1.ConditionFalse, Reason: crawlv1alpha1.ReasonReadRefused,
+			Message:            truncateMessage(fmt.Sprintf("At %s the API refused a read: %s", refused.at.UTC().Format(time.RFC3339), refused.message)),
+			LastTransitionTime: t,
+		})
+	} else {
+		// Refusals are passing by nature: one check without any clears it.
+		apimeta.RemoveStatusCondition(&s.Conditions, crawlv1alpha1.ConditionReadsAuthorized)
 	}
 	if !supported {
 		set(metav1.ConditionUnknown, crawlv1alpha1.ReasonCheckNotSupported, fmt.Sprintf("Provider type %s has no health check.", typ))

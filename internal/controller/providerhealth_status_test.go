@@ -55,9 +55,15 @@ func TestComputeHealth(t *testing.T) {
 			"All 1 targets are healthy.", healthEarlier)},
 	}
 
+	refusedCond := metav1.Condition{
+		Type: crawlv1alpha1.ConditionReadsAuthorized, Status: metav1.ConditionFalse, Reason: crawlv1alpha1.ReasonReadRefused,
+		Message:            `At 2025-03-01T09:00:30Z the API refused a read: provider "lab": get "pve1/104": 401 Authentication failed!`,
+		LastTransitionTime: now,
+	}
 	tests := []struct {
 		name      string
 		reason    string
+		refused   *refusal
 		prev      crawlv1alpha1.ProviderHealthStatus
 		typ       string
 		supported bool
@@ -201,13 +207,53 @@ func TestComputeHealth(t *testing.T) {
 			},
 			checkTransitionTime: true,
 		},
+		{
+			name: "a read was refused since the last check",
+			reason: "a token rotation that makes Get fail with 401 must show on the entry (item 7 of #12), beside a " +
+				"health check that may well pass by then; the Proxies keep their status",
+			prev:      prevHealthy,
+			typ:       "proxmox",
+			supported: true,
+			verdicts:  []provider.Verdict{reachable("pve1")},
+			refused: &refusal{at: healthEarlier.Add(30 * time.Second),
+				message: `provider "lab": get "pve1/104": 401 Authentication failed!`},
+			want: crawlv1alpha1.ProviderHealthStatus{
+				Type: "proxmox", LastCheckTime: &now,
+				Targets: []crawlv1alpha1.TargetHealth{wantTarget("pve1", true, "Reachable", "", 12*time.Millisecond)},
+				Conditions: []metav1.Condition{
+					wantHealthyCond(metav1.ConditionTrue, crawlv1alpha1.ReasonAllTargetsHealthy, "All 1 targets are healthy.", healthEarlier),
+					refusedCond,
+				},
+			},
+			checkTransitionTime: true,
+		},
+		{
+			name:   "no read refused since the last check",
+			reason: "a refusal is passing: once a whole interval went by without one, the condition goes away",
+			prev: func() crawlv1alpha1.ProviderHealthStatus {
+				p := *prevHealthy.DeepCopy()
+				p.Conditions = append(p.Conditions, refusedCond)
+				return p
+			}(),
+			typ:       "proxmox",
+			supported: true,
+			verdicts:  []provider.Verdict{reachable("pve1")},
+			want: crawlv1alpha1.ProviderHealthStatus{
+				Type: "proxmox", LastCheckTime: &now,
+				Targets: []crawlv1alpha1.TargetHealth{wantTarget("pve1", true, "Reachable", "", 12*time.Millisecond)},
+				Conditions: []metav1.Condition{
+					wantHealthyCond(metav1.ConditionTrue, crawlv1alpha1.ReasonAllTargetsHealthy, "All 1 targets are healthy.", healthEarlier),
+				},
+			},
+			checkTransitionTime: true,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			prevCopy := *tc.prev.DeepCopy()
 			verdictsCopy := append([]provider.Verdict(nil), tc.verdicts...)
 
-			got := computeHealth(tc.prev, tc.typ, tc.supported, tc.verdicts, healthNow)
+			got := computeHealth(tc.prev, tc.typ, tc.supported, tc.verdicts, tc.refused, healthNow)
 
 			var opts []cmp.Option
 			if !tc.checkTransitionTime {

@@ -81,18 +81,26 @@ type ProxyReconciler struct {
 	ProbeFailureThreshold int32
 	// MaxConcurrentReconciles bounds the workers; zero means 4.
 	MaxConcurrentReconciles int
+	// Replacement bounds how fast and how often an instance is replaced.
+	Replacement ReplacementPolicy
 
 	skipNameValidation bool
+	// refusals collects the reads the providers refused, for ProviderHealth.
+	refusals *refusalLog
+	// slots caps concurrent creates per provider entry.
+	slots createSlots
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the reconciler: it watches Proxies and the
-// credentials Secrets they own.
+// SetupWithManager registers the reconciler: it watches Proxies. It does not
+// watch their credentials Secrets (that would take the right to list and
+// watch every Secret of the cluster): a deleted or edited Secret is noticed
+// at the Proxy's next reconcile, within the resync interval.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
 	workers := r.MaxConcurrentReconciles
@@ -102,7 +110,6 @@ func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&crawlv1alpha1.Proxy{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&corev1.Secret{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxy").
 		Complete(r)
@@ -143,6 +150,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Backoff.Forget(req)
+			r.slots.release(req.String())
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy: %w", err)
@@ -191,6 +199,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	obs.probing, obs.probeThreshold = r.Prober != nil, r.ProbeFailureThreshold
 	p.Status = computeProxyStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
+	r.trackCreateSlot(req.String(), &p)
 	if err := r.patchStatus(ctx, before, &p); err != nil {
 		if apierrors.IsConflict(err) {
 			// The status changed since we read it: what we computed is based
@@ -211,6 +220,18 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}
 	}
 	return res, nil
+}
+
+// trackCreateSlot frees the Proxy's create slot once its create is over
+// (Ready, Failed, being deleted), and takes it back for a create in flight
+// that this process did not start (after a restart).
+func (r *ProxyReconciler) trackCreateSlot(key string, p *crawlv1alpha1.Proxy) {
+	switch {
+	case !p.DeletionTimestamp.IsZero(), p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, p.Status.Phase == crawlv1alpha1.ProxyPhaseFailed:
+		r.slots.release(key)
+	case p.Status.InstanceID != "", p.Status.Phase == crawlv1alpha1.ProxyPhaseProvisioning:
+		r.slots.hold(p.Spec.Provider, key)
+	}
 }
 
 // announceReady logs, records and counts a Proxy's transition to Ready.

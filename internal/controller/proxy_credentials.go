@@ -79,7 +79,7 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 	}
 	name := credentialsSecretName(p.Name)
 	var s corev1.Secret
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, &s)
+	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, &s)
 	switch {
 	case apierrors.IsNotFound(err):
 		if p.Status.InstanceID != "" {
@@ -99,11 +99,10 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 		if err := r.Client.Create(ctx, &s); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				if r.ownSecretExists(ctx, p, name) {
-					// Ours, just not in the cache yet: read it next time.
-					return nil, "", fmt.Errorf("credentials secret %s is not in the cache yet", name)
+					// Ours, created since the read above: read it next time.
+					return nil, "", fmt.Errorf("credentials secret %s was created meanwhile", name)
 				}
-				// The cache only holds Secrets the operator labelled, and
-				// the API server says this one is not controlled by this
+				// The API server says this one is not controlled by this
 				// Proxy: someone else's.
 				return nil, fmt.Sprintf("Secret %s exists and was not created by the operator; it will not be overwritten. "+
 					"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
@@ -128,6 +127,18 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 	return c, "", nil
 }
 
+// secrets is how the reconciler reads Secrets: by name from the API server,
+// never through a cache. A cache would need the right to list and watch
+// Secrets in every namespace, which is the right to read every Secret of
+// the cluster; the operator only ever reads the one it created for a Proxy
+// (docs/security.md, RBAC).
+func (r *ProxyReconciler) secrets() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
 // ownSecretExists reads a Secret from the API server and reports whether it
 // is controlled by p.
 func (r *ProxyReconciler) ownSecretExists(ctx context.Context, p *crawlv1alpha1.Proxy, name string) bool {
@@ -148,7 +159,7 @@ func (r *ProxyReconciler) syncCredentialsURL(ctx context.Context, p *crawlv1alph
 		Host: net.JoinHostPort(address, strconv.Itoa(int(p.Spec.Port)))}
 	want := u.String()
 	var s corev1.Secret
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: c.secretName}, &s); err != nil {
+	if err := r.secrets().Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: c.secretName}, &s); err != nil {
 		return fmt.Errorf("reading the credentials secret %s: %w", c.secretName, err)
 	}
 	if string(s.Data[secretKeyURL]) == want {

@@ -29,9 +29,17 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.
 			// recorded: there is nothing we could remove.
 			return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
 		}
+		if _, release := p.Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; release {
+			r.event(p, corev1.EventTypeWarning, eventReleasedWithoutCleanup, "Delete",
+				"Released the finalizer as asked by the %s annotation without removing instance %s: provider entry %q is no longer "+
+					"configured, so the instance, its disks and its seed (which holds the proxy credentials) may be left on the "+
+					"hypervisor; remove them by hand", crawlv1alpha1.AnnotationReleaseFinalizer, p.Status.InstanceID, p.Spec.Provider)
+			ctrl.LoggerFrom(ctx).Info("finalizer released by annotation; the instance may be left", "instanceID", p.Status.InstanceID, "provider", p.Spec.Provider)
+			return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
+		}
 		obs.providerErr = fmt.Errorf("provider entry %q is not configured, so instance %s cannot be removed; "+
-			"restore the entry in the providers configuration, or remove the instance by hand and then the finalizer %s",
-			p.Spec.Provider, p.Status.InstanceID, Finalizer)
+			"restore the entry in the providers configuration, or remove the instance by hand and set the annotation %s",
+			p.Spec.Provider, p.Status.InstanceID, crawlv1alpha1.AnnotationReleaseFinalizer)
 		return ctrl.Result{}, obs, nil
 	}
 

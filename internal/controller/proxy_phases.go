@@ -22,11 +22,16 @@ const (
 	eventReady            = "Ready"
 	eventReplacing        = "Replacing"
 	eventProviderError    = "ProviderError"
+	eventProviderRefused  = "ProviderRefused"
 	eventPermanentFailure = "PermanentFailure"
 	eventInvalidSpec      = "InvalidSpec"
 	eventRetry            = "RetryRequested"
 	eventDeleteFailed     = "DeleteFailed"
 	eventDeleted          = "InstanceDeleted"
+	// eventReleasedWithoutCleanup: the finalizer was released by
+	// annotation; the instance may be left.
+	eventReleasedWithoutCleanup = "ReleasedWithoutCleanup"
+	eventReplacementLoop        = crawlv1alpha1.ReasonReplacementLoop
 )
 
 // reconcileNormal drives a Proxy that is not being deleted: one provider
@@ -36,6 +41,8 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 	_, retry := p.Annotations[crawlv1alpha1.AnnotationRetry]
 	if retry {
 		r.event(p, corev1.EventTypeNormal, eventRetry, "Retry", "Retrying as asked by the %s annotation", crawlv1alpha1.AnnotationRetry)
+		// A person looked: replacements are counted afresh.
+		p.Status.RecentReplacements, p.Status.ReplacementWindowStart, p.Status.LastReplacementTime = 0, nil, nil
 	}
 	res, obs, err := r.reconcileSteps(ctx, p, retry)
 	obs.retried = retry
@@ -108,6 +115,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	case provider.IsNotFound(err):
 		return r.replace(ctx, p, prov, "vanished", "the instance no longer exists on the provider")
 	case err != nil:
+		if provider.IsRefused(err) {
+			r.refusals.record(entry.Name, err.Error(), r.Now())
+		}
 		obs.providerErr = err
 		r.providerEvent(p, err)
 		return ctrl.Result{}, obs, nil
@@ -152,6 +162,23 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 	if current, err := r.isCurrent(ctx, p); err != nil || !current {
 		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
 	}
+	switch wait, loop := r.Replacement.beforeCreate(p.Status, r.Now()); {
+	case loop:
+		pol := r.Replacement.withDefaults()
+		obs.replacementLoop = fmt.Sprintf("The instance was replaced %d times since %s (at most %d in %s are allowed), so no successor is created",
+			p.Status.RecentReplacements, p.Status.ReplacementWindowStart.UTC().Format(time.RFC3339), pol.Limit, pol.Window)
+		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
+			r.event(p, corev1.EventTypeWarning, eventReplacementLoop, "Replace", "%s", obs.replacementLoop)
+		}
+		return ctrl.Result{}, obs, nil
+	case wait > 0:
+		obs.replacementWait = wait
+		return ctrl.Result{RequeueAfter: wait}, obs, nil
+	}
+	if limit := pl.Entry.CreateLimit(); !r.slots.acquire(pl.Entry.Name, client.ObjectKeyFromObject(p).String(), limit) {
+		obs.createQueued = limit
+		return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+	}
 	req, err := buildRequest(p, pl, creds)
 	if err != nil {
 		// The spec passed the API server's validation, so this is a bug or
@@ -161,6 +188,7 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 		return ctrl.Result{}, obs, nil
 	}
 	id, err := prov.Create(ctx, req)
+	err = latchRefused(err)
 	switch {
 	case provider.IsInProgress(err):
 		obs.providerErr = err
@@ -190,7 +218,7 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
 	}
 	if reason == "stopped" {
-		if err := prov.Delete(ctx, provider.ID(p.Status.InstanceID)); err != nil {
+		if err := latchRefused(prov.Delete(ctx, provider.ID(p.Status.InstanceID))); err != nil {
 			obs.providerErr = err
 			p.Status.Phase = crawlv1alpha1.ProxyPhaseReplacing
 			r.providerEvent(p, err)
@@ -200,8 +228,15 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 			return ctrl.Result{}, obs, nil
 		}
 	}
-	ctrl.LoggerFrom(ctx).Info("replacing instance", "instanceID", p.Status.InstanceID, "reason", reason)
-	r.event(p, corev1.EventTypeWarning, eventReplacing, "Replace", "Replacing instance %s: %s", p.Status.InstanceID, why)
+	now := r.Now()
+	r.Replacement.recordReplacement(&p.Status, now)
+	next := "no successor is created: too many replacements"
+	if wait, loop := r.Replacement.beforeCreate(p.Status, now); !loop {
+		next = fmt.Sprintf("the successor is created in %s", wait)
+	}
+	ctrl.LoggerFrom(ctx).Info("replacing instance", "instanceID", p.Status.InstanceID, "reason", reason, "recentReplacements", p.Status.RecentReplacements)
+	r.event(p, corev1.EventTypeWarning, eventReplacing, "Replace", "Replacing instance %s: %s; replacement %d since %s, %s",
+		p.Status.InstanceID, why, p.Status.RecentReplacements, p.Status.ReplacementWindowStart.UTC().Format(time.RFC3339), next)
 	if r.Metrics != nil {
 		r.Metrics.Replacements.WithLabelValues(p.Spec.Provider, reason).Inc()
 	}
@@ -213,6 +248,17 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 	return ctrl.Result{RequeueAfter: requeueSoon}, obs, nil
 }
 
+// latchRefused turns a refusal (401, 403) of a mutation into a Permanent
+// error: unlike a refused read, a create or a replacement that the API
+// refuses needs a person to grant a right, and retrying it blindly would
+// only hammer the API. The provider's advice is kept.
+func latchRefused(err error) error {
+	if !provider.IsRefused(err) {
+		return err
+	}
+	return provider.NewPermanent(err, provider.ActionOf(err))
+}
+
 // providerEvent emits a warning event for a failed provider call, once per
 // transition into the failure (not on every retry).
 func (r *ProxyReconciler) providerEvent(p *crawlv1alpha1.Proxy, err error) {
@@ -220,6 +266,10 @@ func (r *ProxyReconciler) providerEvent(p *crawlv1alpha1.Proxy, err error) {
 	case provider.IsInProgress(err):
 	case provider.IsPermanent(err):
 		r.event(p, corev1.EventTypeWarning, eventPermanentFailure, "Provision", "%v", err)
+	case provider.IsRefused(err):
+		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonProviderRefused {
+			r.event(p, corev1.EventTypeWarning, eventProviderRefused, "Observe", "%v", err)
+		}
 	default:
 		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonTransientError {
 			r.event(p, corev1.EventTypeWarning, eventProviderError, "Provision", "%v", err)

@@ -69,8 +69,14 @@ func buildRequest(p *crawlv1alpha1.Proxy, pl config.Placement, creds *credential
 		}
 		ranges = append(ranges, pfx)
 	}
-	ci := cloudinit.Proxy{Port: p.Spec.Port, AllowedSourceRanges: ranges, ExtraUserData: p.Spec.ExtraUserData}
-	settings := provider.ProxySettings{Port: p.Spec.Port, AllowedSourceRanges: ranges}
+	// The entry's egress policy, not the Proxy, says where proxies may
+	// connect: the administrator owns it.
+	var egress config.EgressPolicy
+	if pl.Entry != nil {
+		egress = pl.Entry.EgressPolicy
+	}
+	ci := cloudinit.Proxy{Port: p.Spec.Port, AllowedSourceRanges: ranges, ExtraUserData: p.Spec.ExtraUserData, Egress: egress}
+	settings := provider.ProxySettings{Port: p.Spec.Port, AllowedSourceRanges: ranges, Egress: egress}
 	if creds != nil {
 		ci.Username, ci.Password = creds.username, creds.password
 		settings.Credentials = &provider.SecretRef{

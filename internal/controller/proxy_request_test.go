@@ -437,3 +437,28 @@ func TestRandomFromDiffers(t *testing.T) {
 		t.Errorf("two calls of randomFrom returned the same string %q: every Proxy would get the same password", a)
 	}
 }
+
+// The entry's egress policy, which the administrator owns, reaches both
+// engines: the settings of providers that run the Go proxy, and the
+// user-data of VM guests.
+func TestBuildRequestCarriesTheEntryEgressPolicy(t *testing.T) {
+	pl := requestPlacement()
+	pl.Entry.EgressPolicy = config.EgressPolicy{
+		AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+		ConnectPorts: []config.PortRange{{From: 8443, To: 8443}},
+	}
+	creds := &credentials{secretName: "web-proxy-credentials", username: "u0a1b2c3d4e5", password: "Pw0123456789abcdefghijklmnopqrstu"}
+	got, err := buildRequest(requestProxy(crawlv1alpha1.ProxyAuthBasic, "203.0.113.0/24"), pl, creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(pl.Entry.EgressPolicy, got.Proxy.Egress, cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("Request.Proxy.Egress (-want +got):\n%s", diff)
+	}
+	userData := string(got.UserData.Bytes())
+	for _, want := range []string{"ConnectPort 8443", "set allow4", "127.0.0.0/8", "egress-proxy-nftables.service"} {
+		if !strings.Contains(userData, want) {
+			t.Errorf("user-data lacks %q: the guest would not enforce the entry's policy", want)
+		}
+	}
+}

@@ -47,6 +47,14 @@ type observation struct {
 	probeThreshold int32
 	// probe: the probe of this reconcile, when one was due.
 	probe *probeOutcome
+	// replacementLoop: too many replacements in the window; the text says
+	// how many and since when. No successor was created.
+	replacementLoop string
+	// replacementWait: the successor's create waits this much longer.
+	replacementWait time.Duration
+	// createQueued: the entry's cap on concurrent creates (this value) is
+	// reached; the create waits.
+	createQueued int
 }
 
 // computeStatus derives the Proxy's phase, Ready condition, node, address and
@@ -58,7 +66,7 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 	set := func(phase crawlv1alpha1.ProxyPhase, status metav1.ConditionStatus, reason, msg string) {
 		s.Phase = phase
 		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
-			Type: crawlv1alpha1.ConditionReady, Status: status, Reason: reason, Message: msg,
+			Type: crawlv1alpha1.ConditionReady, Status: status, Reason: reason, Message: truncateMessage(msg),
 			ObservedGeneration: generation, LastTransitionTime: metav1.NewTime(now),
 		})
 	}
@@ -87,6 +95,23 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonCredentialsConflict, obs.credentialsConflict)
 	case obs.latched:
 		// Keep what the failure said; nothing was tried.
+	case obs.replacementLoop != "":
+		clearAddress()
+		s.Node = ""
+		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonReplacementLoop,
+			obs.replacementLoop+". Find out what stops the instances (events, the hypervisor's logs), then set the annotation "+
+				crawlv1alpha1.AnnotationRetry+" on the Proxy to retry.")
+	case obs.replacementWait > 0:
+		set(crawlv1alpha1.ProxyPhaseReplacing, metav1.ConditionFalse, crawlv1alpha1.ReasonReplacing,
+			fmt.Sprintf("Waiting %s before creating the replacement (replacement %d in this window; each waits twice as long as the one before).",
+				obs.replacementWait.Round(time.Second), s.RecentReplacements))
+	case obs.createQueued > 0:
+		phase := crawlv1alpha1.ProxyPhasePending
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase = crawlv1alpha1.ProxyPhaseReplacing
+		}
+		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonCreateQueued,
+			fmt.Sprintf("The provider entry already creates %d instances at once (maxConcurrentCreates); this create waits its turn.", obs.createQueued))
 	case provider.IsPermanent(obs.providerErr):
 		clearAddress()
 		msg := fmt.Sprintf("%v.", obs.providerErr)
@@ -103,6 +128,23 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 	case provider.IsInProgress(obs.providerErr):
 		set(crawlv1alpha1.ProxyPhaseProvisioning, metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning,
 			fmt.Sprintf("Creating the instance: %v.", obs.providerErr))
+	case provider.IsRefused(obs.providerErr):
+		// The API refused a read: a token being rotated, an ACL being
+		// edited. It says nothing about the instance, so everything known
+		// of it stays; only the condition says the view is stale.
+		msg := fmt.Sprintf("The provider refused to read the instance; the last known status is kept and the read is retried: %v.", obs.providerErr)
+		if a := provider.ActionOf(obs.providerErr); a != "" {
+			msg += " If this lasts: " + a + "."
+		}
+		if s.Phase == crawlv1alpha1.ProxyPhaseReady {
+			set(crawlv1alpha1.ProxyPhaseReady, metav1.ConditionUnknown, crawlv1alpha1.ReasonProviderRefused, msg)
+			break
+		}
+		phase := notReadyPhase
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase = crawlv1alpha1.ProxyPhaseReplacing
+		}
+		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonProviderRefused, msg)
 	case obs.providerErr != nil:
 		// A transient failure says nothing about the instance itself: a Ready
 		// proxy most likely still serves, so its phase stays and Ready becomes
@@ -218,5 +260,5 @@ func isLatched(s crawlv1alpha1.ProxyStatus, generation int64) bool {
 		return false
 	}
 	c := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionReady)
-	return c != nil && c.Reason == crawlv1alpha1.ReasonPermanentError
+	return c != nil && (c.Reason == crawlv1alpha1.ReasonPermanentError || c.Reason == crawlv1alpha1.ReasonReplacementLoop)
 }

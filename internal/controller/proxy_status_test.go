@@ -82,6 +82,7 @@ func TestComputeStatus(t *testing.T) {
 	permanent := provider.Annotate(provider.NewPermanent(errors.New("template 9000 does not exist"),
 		"create template 9000 on node pve1"), "lab", provider.OpCreate, "")
 	inProgress := provider.NewInProgress("waiting for clone task", 5*time.Second)
+	refused := provider.Annotate(provider.NewRefused(errors.New("401 Authentication failed!"), "check the API token"), "lab", provider.OpGet, statusID)
 	specErr := &config.SpecError{Field: "spec.zone", Message: `no zone "rack-z"; configured: rack-a, rack-b`}
 	running := func(addr string) *provider.Instance {
 		in := &provider.Instance{ID: statusID, State: provider.StateRunning, Node: "pve1"}
@@ -304,6 +305,25 @@ func TestComputeStatus(t *testing.T) {
 			obs:  observation{providerErr: transient},
 			want: statusWithReady(readyProxyStatus(), crawlv1alpha1.ProxyPhaseReady, wantReadyCond(metav1.ConditionUnknown, crawlv1alpha1.ReasonTransientError,
 				`Retrying after a transient provider error: provider "lab": get "pve1/104": connection refused`)),
+		},
+		{
+			name: "refused read while Ready",
+			reason: "a 401 or 403 on a read (token rotation, ACL edit) must never fail a Ready fleet: everything known of the " +
+				"instance stays, Ready is Unknown with a reason of its own, and the advice is there for when it lasts",
+			prev: readyProxyStatus(),
+			obs:  observation{providerErr: refused},
+			want: statusWithReady(readyProxyStatus(), crawlv1alpha1.ProxyPhaseReady, wantReadyCond(metav1.ConditionUnknown, crawlv1alpha1.ReasonProviderRefused,
+				`The provider refused to read the instance; the last known status is kept and the read is retried: `+
+					`provider "lab": get "pve1/104": 401 Authentication failed!. If this lasts: check the API token.`)),
+		},
+		{
+			name:   "refused read while Provisioning",
+			reason: "before Ready a refusal is not a latch either: the Proxy stays Provisioning and the read is retried",
+			prev:   withID(crawlv1alpha1.ProxyPhaseProvisioning),
+			obs:    observation{providerErr: refused},
+			want: statusWithReady(withID(""), crawlv1alpha1.ProxyPhaseProvisioning, wantReadyCond(metav1.ConditionFalse, crawlv1alpha1.ReasonProviderRefused,
+				`The provider refused to read the instance; the last known status is kept and the read is retried: `+
+					`provider "lab": get "pve1/104": 401 Authentication failed!. If this lasts: check the API token.`)),
 		},
 		{
 			name:   "transient error before any instance",

@@ -54,6 +54,10 @@ const (
 type ProxyPoolReconciler struct {
 	// Client reads and writes Kubernetes objects (the manager's client).
 	Client client.Client
+	// APIReader reads Secrets (the members' credentials, the pool's list)
+	// by name from the API server: the operator has no right to cache
+	// Secrets (docs/security.md, RBAC). Nil reads them through Client.
+	APIReader client.Reader
 	// Recorder emits events on pools.
 	Recorder events.EventRecorder
 	// Config is the providers configuration; templates are checked
@@ -149,13 +153,14 @@ func (r *ProxyPoolReconciler) pendingRotations(key types.NamespacedName, done ma
 
 // SetupWithManager registers the reconciler: it watches pools, their
 // members (status changes included: a member that starts or stops serving
-// changes the list) and the list objects it owns.
+// changes the list) and the list ConfigMaps it owns. It does not watch its
+// list Secrets (that would take the right to list and watch every Secret):
+// an edited or deleted one is rewritten at the pool's next resync.
 func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&crawlv1alpha1.ProxyPool{}).
 		Owns(&crawlv1alpha1.Proxy{}).
-		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxypool").

@@ -88,7 +88,7 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.P
 		full := plain
 		if p.Status.CredentialsSecretName != "" {
 			var s corev1.Secret
-			err := r.Client.Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Status.CredentialsSecretName}, &s)
+			err := r.secrets().Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Status.CredentialsSecretName}, &s)
 			if err != nil || len(s.Data[secretKeyUsername]) == 0 || len(s.Data[secretKeyPassword]) == 0 {
 				// Leave it out rather than publish a URL that would be
 				// refused with 407.
@@ -119,16 +119,26 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.P
 	return listed, retry, nil
 }
 
+// secrets is how the pool reconciler reads Secrets: by name from the API
+// server, never through a cache (see ProxyReconciler.secrets).
+func (r *ProxyPoolReconciler) secrets() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
+
 // writeListObject creates or updates the pool's Secret or ConfigMap with the
 // two keys. It reports whether it wrote anything. An object of that name
 // that the pool does not control is never changed.
 func (r *ProxyPoolReconciler) writeListObject(ctx context.Context, pool *crawlv1alpha1.ProxyPool, obj client.Object, txt, js []byte) (bool, error) {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: ListName(pool.Name)}
 	kind := "ConfigMap"
+	var reader client.Reader = r.Client
 	if _, ok := obj.(*corev1.Secret); ok {
-		kind = "Secret"
+		kind, reader = "Secret", r.secrets()
 	}
-	err := r.Client.Get(ctx, key, obj)
+	err := reader.Get(ctx, key, obj)
 	switch {
 	case apierrors.IsNotFound(err):
 		obj.SetNamespace(key.Namespace)

@@ -51,6 +51,9 @@ type Options struct {
 	HealthInterval          time.Duration
 	GCInterval              time.Duration
 	GCGracePeriod           time.Duration
+	// Replacement bounds replacements per Proxy; zero values take its
+	// defaults.
+	Replacement ReplacementPolicy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// SkipNameValidation allows several managers with the same controllers
@@ -59,25 +62,26 @@ type Options struct {
 }
 
 // CacheOptions returns the manager cache options the controllers rely on.
-// Secrets and ConfigMaps are cached only when the operator made them (they carry its
-// managed-by label), so that the operator does not hold every Secret of the
-// cluster in memory; a Secret the cache cannot see is treated as foreign.
-// Provider types add their own needs (see provider.Type.Cache); the operator's
-// setup merges them.
+// The controllers cache no Secret: they read the Secrets they made by name
+// from the API server, so that the operator needs no right to list or watch
+// Secrets cluster-wide (docs/security.md, RBAC). ConfigMaps (the pools'
+// published lists, which hold no credentials) are cached only when the
+// operator made them (they carry its managed-by label). Provider types add
+// their own needs (see provider.Type.Cache); the operator's setup merges
+// them.
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&corev1.Secret{}: {Label: managed}, &corev1.ConfigMap{}: {Label: managed},
-	}}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}}}
 }
 
 // SetupWithManager adds the Proxy reconciler, garbage collection and the
 // health reporter to mgr.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	recorder := mgr.GetEventRecorder(EventSource)
-	r := &ProxyReconciler{
+	refusals := &refusalLog{}
+	r := &ProxyReconciler{refusals: refusals,
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
-		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles,
+		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles, Replacement: o.Replacement,
 		Tracer: o.Tracer, skipNameValidation: o.SkipNameValidation,
 		Prober: o.Prober, ProbeInterval: o.ProbeInterval, ProbeFailureThreshold: o.ProbeFailureThreshold,
 	}
@@ -85,20 +89,20 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the proxy controller: %w", err)
 	}
 	pools := &ProxyPoolReconciler{
-		Client: mgr.GetClient(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now,
 		ResyncInterval: o.PoolResyncInterval, skipNameValidation: o.SkipNameValidation,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy pool controller: %w", err)
 	}
-	gc := &GarbageCollector{
+	gc := &GarbageCollector{refusals: refusals,
 		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,
 		Interval: o.GCInterval, GracePeriod: o.GCGracePeriod, Now: o.Now,
 	}
 	if err := mgr.Add(gc); err != nil {
 		return fmt.Errorf("adding garbage collection: %w", err)
 	}
-	h := &HealthReporter{Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now}
+	h := &HealthReporter{refusals: refusals, Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now}
 	if err := mgr.Add(h); err != nil {
 		return fmt.Errorf("adding the health reporter: %w", err)
 	}

@@ -161,7 +161,7 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		opts.GCInterval = time.Hour
 	}
 	op, err := setup.New(setup.Options{
-		RestConfig: restConfig,
+		RestConfig: asOperator(t),
 		Config:     oo.cfg,
 		Types:      provider.Types{fakeprovider.TypeFor(oo.fake)},
 		Namespaces: []string{oo.namespace},
@@ -191,6 +191,25 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		}
 	})
 	return o
+}
+
+var (
+	operatorConfigOnce sync.Once
+	operatorConfig     *rest.Config
+	errOperatorConfig  error
+)
+
+// asOperator returns the rest.Config the operators of the tests run with:
+// the operator's ServiceAccount with the shipped RBAC (config/rbac/role.yaml)
+// applied, through impersonation. A right the controllers need and the
+// markers lack fails the test that needs it, not a first install.
+func asOperator(t *testing.T) *rest.Config {
+	t.Helper()
+	operatorConfigOnce.Do(func() { operatorConfig, errOperatorConfig = env.AsOperator() })
+	if errOperatorConfig != nil {
+		t.Fatalf("running as the operator's ServiceAccount: %v", errOperatorConfig)
+	}
+	return operatorConfig
 }
 
 // needEnvtest skips an envtest case in -short mode without a control plane.

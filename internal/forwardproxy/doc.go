@@ -1,20 +1,35 @@
 // Package forwardproxy is the product's own HTTP forward proxy: the proxy
 // pods of the kubernetes provider run it through the operator's `proxy`
-// subcommand, and the Proxmox simulator's guests will run it too.
+// subcommand, and the Proxmox simulator's guests run it too.
 //
 // A Proxy forwards absolute-form HTTP requests (GET http://host/path) with
 // its own Transport and tunnels CONNECT requests (CONNECT host:443) by
 // splicing the client's connection to the upstream one. Before anything
 // else it checks the client's address against the allowed source ranges
 // (403 otherwise), then its Proxy-Authorization Basic credentials (407
-// otherwise). It strips hop-by-hop headers and the proxy's own headers
-// before forwarding, adds no Via header, and streams bodies both ways.
+// otherwise), then its capacity (503 past MaxConcurrent). It strips
+// hop-by-hop headers and the proxy's own headers before forwarding, adds no
+// Via header, and streams bodies both ways.
+//
+// Destinations follow an EgressPolicy whose zero value refuses everything
+// that is not the public Internet (DefaultDeniedRanges) and CONNECT to ports
+// other than 443. The check runs in the dialer's ControlContext hook, on
+// the address about to be connected after the name was resolved, so that
+// DNS answers pointing inside, rebinding included, are refused too. A
+// refused request gets 403 with the reason, never the address, in the
+// X-Egress-Denied header.
 //
 // New refuses a Config that would make an open proxy (no credentials and no
 // allowed source ranges) unless Config.AllowOpen says so. Credentials are
 // kept only as hashes, never logged and never echoed in a response.
 //
-// Serve runs a handler, usually a Proxy, on a listener and shuts it down
-// gracefully: it stops accepting, lets in-flight requests and hijacked
-// CONNECT tunnels finish for up to a drain period, then closes them.
+// Serve (ServeWith for other limits) runs a handler, usually a Proxy, on a
+// listener: it caps the client connections (503 past the cap, before
+// reading anything), bounds the time to send headers, closes idle
+// keep-alive connections, and shuts down gracefully: it stops accepting,
+// lets in-flight requests and CONNECT tunnels finish for up to a drain
+// period, then closes them. Tunnels and upgraded (WebSocket) connections
+// end after an idle timeout without traffic either way; a side that closes
+// its write half still gets the other side's answer. An idle tunnel holds
+// no copy buffer and one goroutine per direction.
 package forwardproxy

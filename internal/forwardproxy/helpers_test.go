@@ -64,6 +64,12 @@ type harness struct {
 
 func start(t *testing.T, cfg forwardproxy.Config, drain time.Duration) *harness {
 	t.Helper()
+	return startWith(t, cfg, forwardproxy.ServeOptions{Drain: drain})
+}
+
+// startWith is start with the server's limits.
+func startWith(t *testing.T, cfg forwardproxy.Config, opts forwardproxy.ServeOptions) *harness {
+	t.Helper()
 	h := &harness{reg: prometheus.NewRegistry(), logs: &syncBuffer{}, served: make(chan error, 1)}
 	var err error
 	if h.metrics, err = forwardproxy.NewMetrics(h.reg); err != nil {
@@ -82,7 +88,7 @@ func start(t *testing.T, cfg forwardproxy.Config, drain time.Duration) *harness 
 	h.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
-	go func() { h.served <- forwardproxy.Serve(ctx, ln, p, drain) }()
+	go func() { h.served <- forwardproxy.ServeWith(ctx, ln, p, opts) }()
 	t.Cleanup(func() {
 		if err := h.stop(); err != nil {
 			t.Errorf("Serve: %v", err)

@@ -25,16 +25,17 @@ import (
 const (
 	// DefaultDialTimeout bounds a dial to an upstream server.
 	DefaultDialTimeout = 10 * time.Second
-	// DefaultIdleTimeout is how long a CONNECT tunnel may carry no bytes
-	// either way, and how long an idle upstream keep-alive connection is
-	// kept.
+	// DefaultIdleTimeout is how long a CONNECT or upgraded (WebSocket)
+	// tunnel may carry no bytes either way, and how long an idle upstream
+	// keep-alive connection is kept.
 	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultResponseHeaderTimeout is how long an upstream server may take
+	// to send its response headers once it has the whole request.
+	DefaultResponseHeaderTimeout = time.Minute
+	// DefaultMaxConcurrent is how many requests and tunnels a Proxy
+	// serves at once; more are answered 503.
+	DefaultMaxConcurrent = 4096
 )
-
-// Dialer opens connections to upstream servers; *net.Dialer is one.
-type Dialer interface {
-	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
-}
 
 // Config configures a Proxy. Its printed forms (fmt, logr, slog, JSON)
 // never show the credentials.
@@ -52,12 +53,28 @@ type Config struct {
 	// DialTimeout bounds each dial to an upstream server; zero means
 	// DefaultDialTimeout.
 	DialTimeout time.Duration
-	// IdleTimeout closes a CONNECT tunnel that carried no bytes either way
-	// for that long, and idle upstream keep-alive connections; zero means
-	// DefaultIdleTimeout.
+	// IdleTimeout closes a CONNECT or upgraded tunnel that carried no
+	// bytes either way for that long, and idle upstream keep-alive
+	// connections; zero means DefaultIdleTimeout.
 	IdleTimeout time.Duration
-	// Dialer dials upstream servers; nil means a net.Dialer.
-	Dialer Dialer
+	// ResponseHeaderTimeout bounds the wait for an upstream server's
+	// response headers (504 past it); zero means
+	// DefaultResponseHeaderTimeout.
+	ResponseHeaderTimeout time.Duration
+	// MaxConcurrent caps the requests being forwarded and the tunnels open
+	// at once; past it requests are answered 503. Zero means
+	// DefaultMaxConcurrent.
+	MaxConcurrent int
+	// Egress is the destination policy; its zero value refuses every
+	// non-public address and CONNECT to ports other than 443.
+	Egress EgressPolicy
+	// LocalAddr, when valid, is the source address of upstream
+	// connections (a host with several addresses egresses from this one).
+	LocalAddr netip.Addr
+	// Resolver resolves upstream host names; nil means net.DefaultResolver.
+	// Whatever it answers, each address is checked against Egress right
+	// before it is dialed.
+	Resolver Resolver
 	// Metrics records requests, durations, bytes and open connections;
 	// nil records nothing.
 	Metrics *Metrics
@@ -71,8 +88,8 @@ func (c Config) String() string {
 	if c.Username != "" || c.Password != "" {
 		auth = "basic " + redacted
 	}
-	return fmt.Sprintf("forwardproxy.Config{Auth: %s, AllowedSourceRanges: %v, AllowOpen: %t, DialTimeout: %s, IdleTimeout: %s}",
-		auth, c.AllowedSourceRanges, c.AllowOpen, c.DialTimeout, c.IdleTimeout)
+	return fmt.Sprintf("forwardproxy.Config{Auth: %s, AllowedSourceRanges: %v, AllowOpen: %t, DialTimeout: %s, IdleTimeout: %s, ResponseHeaderTimeout: %s, MaxConcurrent: %d, Egress: %s}",
+		auth, c.AllowedSourceRanges, c.AllowOpen, c.DialTimeout, c.IdleTimeout, c.ResponseHeaderTimeout, c.MaxConcurrent, c.Egress)
 }
 
 // Format implements fmt.Formatter, so that every verb, %#v and %+v
@@ -91,7 +108,10 @@ const redacted = "[redacted]"
 type Proxy struct {
 	auth        *basicAuth // nil: no authentication
 	ranges      []netip.Prefix
-	dialer      Dialer
+	egress      *egress
+	dialer      *net.Dialer
+	resolver    Resolver
+	slots       chan struct{} // one value per request or tunnel in flight
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	metrics     *Metrics
@@ -111,11 +131,15 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
 		return nil, errors.New("forwardproxy: refusing to run an open proxy: set credentials or allowed source ranges, or AllowOpen to run one on purpose")
 	}
-	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 {
-		return nil, errors.New("forwardproxy: timeouts must not be negative")
+	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ResponseHeaderTimeout < 0 || cfg.MaxConcurrent < 0 {
+		return nil, errors.New("forwardproxy: timeouts and limits must not be negative")
+	}
+	if err := cfg.Egress.validate(); err != nil {
+		return nil, err
 	}
 	p := &Proxy{
-		dialer:      cfg.Dialer,
+		egress:      newEgress(cfg.Egress),
+		resolver:    cfg.Resolver,
 		dialTimeout: cfg.DialTimeout,
 		idleTimeout: cfg.IdleTimeout,
 		metrics:     cfg.Metrics,
@@ -134,8 +158,25 @@ func New(cfg Config) (*Proxy, error) {
 		}
 		p.ranges = append(p.ranges, r.Masked())
 	}
-	if p.dialer == nil {
-		p.dialer = &net.Dialer{}
+	if p.resolver == nil {
+		p.resolver = net.DefaultResolver
+	}
+	// Every upstream connection, for HTTP and CONNECT alike, is dialed
+	// here, and ControlContext checks the address it connects to. No TCP
+	// keep-alive: the idle timeout already ends silent connections, and
+	// the three socket options it sets cost a few percent of a tunnel.
+	p.dialer = &net.Dialer{ControlContext: p.egress.control, KeepAlive: -1}
+	if cfg.LocalAddr.IsValid() {
+		p.dialer.LocalAddr = &net.TCPAddr{IP: cfg.LocalAddr.AsSlice(), Zone: cfg.LocalAddr.Zone()}
+	}
+	maxConcurrent := cfg.MaxConcurrent
+	if maxConcurrent == 0 {
+		maxConcurrent = DefaultMaxConcurrent
+	}
+	p.slots = make(chan struct{}, maxConcurrent)
+	responseHeaderTimeout := cfg.ResponseHeaderTimeout
+	if responseHeaderTimeout == 0 {
+		responseHeaderTimeout = DefaultResponseHeaderTimeout
 	}
 	if p.dialTimeout == 0 {
 		p.dialTimeout = DefaultDialTimeout
@@ -145,13 +186,14 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	p.transport = &http.Transport{
 		// Proxy stays nil: never chain to the environment's proxy.
-		DialContext: p.dial,
+		DialContext: p.dialIdle,
 		// Pass the client's Accept-Encoding and the origin's encoding
 		// through untouched.
 		DisableCompression:    true,
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   8,
 		IdleConnTimeout:       p.idleTimeout,
+		ResponseHeaderTimeout: responseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
 	p.forwarder = &httputil.ReverseProxy{
@@ -164,7 +206,10 @@ func New(cfg Config) (*Proxy, error) {
 			pr.Out.Header.Del("Proxy-Authorization")
 			pr.Out.Header.Del("Proxy-Connection")
 		},
-		Transport:     p.transport,
+		Transport: p.transport,
+		// Without a pool, ReverseProxy allocates a 32 KiB buffer for
+		// every response body: most of the garbage per request.
+		BufferPool:    bufferPool{},
 		FlushInterval: -1,
 		ErrorHandler:  p.upstreamError,
 	}
@@ -175,10 +220,23 @@ func New(cfg Config) (*Proxy, error) {
 // servers.
 func (p *Proxy) CloseIdleConnections() { p.transport.CloseIdleConnections() }
 
+// dial connects to an upstream server, within the dial timeout and the
+// egress policy.
 func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.dialTimeout)
 	defer cancel()
-	return p.dialer.DialContext(ctx, network, addr)
+	return dialChecked(ctx, p.dialer, p.resolver, network, addr)
+}
+
+// dialIdle is dial for the Transport: its connections end after the idle
+// timeout without traffic, which bounds upgraded (WebSocket) tunnels and
+// responses that stall, and closes idle keep-alive connections.
+func (p *Proxy) dialIdle(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := p.dial(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return newIdleConn(c, newActivity(p.idleTimeout)), nil
 }
 
 // exchange is what is known of one request, for its log line and metrics.
@@ -203,18 +261,76 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
 	}
-	defer p.finish(r, x)
+	detached := false
+	defer func() {
+		// Deferred, so that it runs also when ReverseProxy aborts a
+		// response with http.ErrAbortHandler.
+		if !detached {
+			p.finish(r, x)
+		}
+	}()
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuse(w, http.StatusForbidden, "source address not allowed")
 	case p.auth != nil && !p.auth.check(r.Header):
 		w.Header().Set("Proxy-Authenticate", `Basic realm="`+realm+`"`)
 		x.refuse(w, http.StatusProxyAuthRequired, "proxy authentication required")
-	case r.Method == http.MethodConnect:
-		p.connect(w, r, x)
-	default:
+	case !p.acquire():
+		w.Header().Set("Retry-After", "1")
+		x.refuse(w, http.StatusServiceUnavailable, "the proxy is at its limit of concurrent requests and tunnels; retry later")
+	case r.Method != http.MethodConnect:
+		defer p.release()
 		p.forward(w, r, x)
+	default:
+		tunnel := p.connect(w, r, x)
+		if tunnel == nil {
+			p.release()
+			return
+		}
+		detached = true
+		run := func() {
+			tunnel()
+			p.release()
+			p.finish(r, x)
+		}
+		// Under Serve, the tunnel goes on in a goroutine of its own and
+		// this handler returns: net/http then frees the connection's
+		// goroutine, with its grown stack and its buffers, which is most
+		// of what an idle tunnel would otherwise hold.
+		if detach, ok := r.Context().Value(detachKey{}).(func() func()); ok {
+			done := detach()
+			go func() {
+				defer done()
+				run()
+			}()
+			return
+		}
+		run()
 	}
+}
+
+// acquire takes a slot for a request or tunnel without waiting; false means
+// the Proxy is full.
+func (p *Proxy) acquire() bool {
+	select {
+	case p.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *Proxy) release() { <-p.slots }
+
+// deniedHeader carries the egress policy's reason in a refusal, for
+// clients and their operators: a word such as loopback or port, never an
+// address.
+const deniedHeader = "X-Egress-Denied"
+
+// refuseDenied answers 403 for a destination the egress policy refuses.
+func refuseDenied(w http.ResponseWriter, x *exchange, d *DeniedError) {
+	w.Header().Set(deniedHeader, d.Reason)
+	x.refuse(w, http.StatusForbidden, "forbidden by the egress policy: "+strings.TrimPrefix(d.Error(), "egress policy: "))
 }
 
 // finish records the request's metrics and logs its line. It runs deferred,
@@ -279,7 +395,20 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	}
 	p.active(1)
 	defer p.active(-1)
-	out := r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x))
+	ctx := r.Context()
+	if srv, ok := ctx.Value(serverKey{}).(context.Context); ok {
+		// net/http cancels a request's context as soon as the client's
+		// connection reads EOF, which is also what a client that shut only
+		// its write side looks like; that client still waits for the
+		// answer. So the upstream request ends with the server (the end of
+		// Serve's drain), with the response header timeout, or when
+		// writing the response to a client that is really gone fails.
+		detached, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		defer context.AfterFunc(srv, cancel)() //nolint:contextcheck // bound to the server's context on purpose, see above.
+		ctx = detached
+	}
+	out := r.WithContext(context.WithValue(ctx, exchangeKey{}, x))
 	if r.Body != nil {
 		out.Body = &countingBody{ReadCloser: r.Body, count: p.counter(x, true)}
 	}
@@ -288,34 +417,55 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 
 // upstreamError answers a request whose upstream round trip failed.
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	if x, ok := r.Context().Value(exchangeKey{}).(*exchange); ok {
-		x.err = err
+	x, ok := r.Context().Value(exchangeKey{}).(*exchange)
+	if !ok {
+		x = &exchange{}
 	}
-	http.Error(w, "bad gateway: the upstream server could not be reached", http.StatusBadGateway)
+	x.err = err
+	p.refuseUpstream(w, x, err)
+}
+
+// refuseUpstream answers a request whose upstream could not be reached or
+// did not answer: 403 when the egress policy refused it, 504 on a timeout,
+// 502 otherwise.
+func (p *Proxy) refuseUpstream(w http.ResponseWriter, x *exchange, err error) {
+	if d, ok := isDenied(err); ok {
+		refuseDenied(w, x, d)
+		return
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		x.refuse(w, http.StatusGatewayTimeout, "gateway timeout: the upstream server did not answer in time")
+		return
+	}
+	x.refuse(w, http.StatusBadGateway, "bad gateway: the upstream server could not be reached")
 }
 
 // connect tunnels a CONNECT request: it dials the target, hijacks the
 // client's connection, answers 200 and splices the two.
-func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) {
+func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) (tunnel func()) {
 	target := r.Host
-	if _, port, err := net.SplitHostPort(target); err != nil || port == "" {
+	_, port, err := net.SplitHostPort(target)
+	if err != nil || port == "" {
 		x.refuse(w, http.StatusBadRequest, "CONNECT needs a host:port target")
-		return
+		return nil
 	}
-	p.active(1)
-	defer p.active(-1)
+	if d := p.egress.checkConnectPort(port); d != nil {
+		x.err = d
+		refuseDenied(w, x, d)
+		return nil
+	}
 	upstream, err := p.dial(r.Context(), "tcp", target)
 	if err != nil {
 		x.err = err
-		x.refuse(w, http.StatusBadGateway, "bad gateway: the upstream server could not be reached")
-		return
+		p.refuseUpstream(w, x, err)
+		return nil
 	}
 	client, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		_ = upstream.Close()
 		x.err = err
 		x.refuse(w, http.StatusInternalServerError, "cannot tunnel on this connection")
-		return
+		return nil
 	}
 	x.status = http.StatusOK
 	// The server may have left deadlines on the connection; the tunnel
@@ -325,16 +475,20 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) {
 		_ = client.Close()
 		_ = upstream.Close()
 		x.err = err
-		return
+		return nil
 	}
-	// A client may send its first bytes (a TLS ClientHello) without waiting
-	// for the 200; the server may already have read them.
-	var fromClient io.Reader = client
+	var early []byte
 	if n := brw.Reader.Buffered(); n > 0 {
-		early, _ := brw.Peek(n)
-		fromClient = io.MultiReader(bytes.NewReader(early), client)
+		// A copy: the peeked bytes would keep the server's whole read
+		// buffer alive for as long as the tunnel lasts.
+		peeked, _ := brw.Peek(n)
+		early = bytes.Clone(peeked)
 	}
-	x.err = p.splice(client, fromClient, upstream, x)
+	p.active(1)
+	return func() {
+		defer p.active(-1)
+		x.err = p.splice(client, early, upstream, x)
+	}
 }
 
 // countingBody counts the bytes read from a request body.

@@ -27,8 +27,16 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
+// onLoopback is the egress policy of tests whose origins listen on
+// 127.0.0.1 on random ports: the default policy refuses both (see
+// TestEgressPolicy).
+var onLoopback = forwardproxy.EgressPolicy{
+	AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+	ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}},
+}
+
 // withAuth is the usual configuration of these tests.
-var withAuth = forwardproxy.Config{Username: testUser, Password: testPassword}
+var withAuth = forwardproxy.Config{Username: testUser, Password: testPassword, Egress: onLoopback}
 
 func TestNewChecksTheConfig(t *testing.T) {
 	for _, tc := range []struct {
@@ -56,7 +64,7 @@ func TestNewChecksTheConfig(t *testing.T) {
 		{
 			name:   "ranges only",
 			reason: "an allow-list alone closes the proxy",
-			cfg:    forwardproxy.Config{AllowedSourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
+			cfg:    forwardproxy.Config{AllowedSourceRanges: []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24")}},
 		},
 		{
 			name:    "username without password",
@@ -206,7 +214,7 @@ func ptr[T any](v T) *T { return &v }
 
 // The source check comes first and works on the connection's address.
 func TestChecksTheSourceAddress(t *testing.T) {
-	ranges := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8::/32")}
+	ranges := []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::/32")}
 	for _, tc := range []struct {
 		name       string
 		reason     string
@@ -214,12 +222,12 @@ func TestChecksTheSourceAddress(t *testing.T) {
 		auth       string
 		wantStatus int
 	}{
-		{name: "in range", reason: "an allowed client reaches the next check (origin-form: 400)", remote: "10.1.2.3:40000", auth: basic(testUser, testPassword), wantStatus: http.StatusBadRequest},
-		{name: "IPv4-mapped", reason: "a dual-stack listener reports IPv4 clients as ::ffff:a.b.c.d", remote: "[::ffff:10.1.2.3]:40000", auth: basic(testUser, testPassword), wantStatus: http.StatusBadRequest},
+		{name: "in range", reason: "an allowed client reaches the next check (origin-form: 400)", remote: "198.51.100.7:40000", auth: basic(testUser, testPassword), wantStatus: http.StatusBadRequest},
+		{name: "IPv4-mapped", reason: "a dual-stack listener reports IPv4 clients as ::ffff:a.b.c.d", remote: "[::ffff:198.51.100.7]:40000", auth: basic(testUser, testPassword), wantStatus: http.StatusBadRequest},
 		{name: "IPv6 in range", reason: "IPv6 ranges work", remote: "[2001:db8::1]:40000", auth: basic(testUser, testPassword), wantStatus: http.StatusBadRequest},
 		{name: "out of range", reason: "a client outside the ranges is refused", remote: "192.0.2.1:40000", auth: basic(testUser, testPassword), wantStatus: http.StatusForbidden},
 		{name: "out of range without credentials", reason: "the source check comes before authentication", remote: "192.0.2.1:40000", wantStatus: http.StatusForbidden},
-		{name: "in range without credentials", reason: "both checks apply when both are configured", remote: "10.1.2.3:40000", wantStatus: http.StatusProxyAuthRequired},
+		{name: "in range without credentials", reason: "both checks apply when both are configured", remote: "198.51.100.7:40000", wantStatus: http.StatusProxyAuthRequired},
 		{name: "unparsable", reason: "an address that does not parse fails closed", remote: "somewhere", auth: basic(testUser, testPassword), wantStatus: http.StatusForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -258,7 +266,7 @@ func TestChecksTheSourceAddressOnLoopback(t *testing.T) {
 		{name: "loopback range", reason: "127.0.0.1 is in 127.0.0.0/8", allowed: "127.0.0.0/8", wantStatus: http.StatusOK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := start(t, forwardproxy.Config{AllowedSourceRanges: []netip.Prefix{netip.MustParsePrefix(tc.allowed)}}, time.Second)
+			h := start(t, forwardproxy.Config{AllowedSourceRanges: []netip.Prefix{netip.MustParsePrefix(tc.allowed)}, Egress: onLoopback}, time.Second)
 			o := newOrigin(t)
 			resp, err := h.client(t, "", "").Get(o.URL)
 			if err != nil {
@@ -459,22 +467,21 @@ func raw(t *testing.T, addr, request string) rawResponse {
 	return rawResponse{status: resp.StatusCode, header: resp.Header, body: string(body)}
 }
 
-// recordingDialer records the addresses it dials and fails when err is set.
-type recordingDialer struct {
-	mu     sync.Mutex
-	dialed []string
-	err    error
+// fakeResolver answers host names from a map and records the lookups.
+type fakeResolver struct {
+	mu      sync.Mutex
+	hosts   map[string][]netip.Addr
+	lookups []string
 }
 
-func (d *recordingDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	d.mu.Lock()
-	d.dialed = append(d.dialed, addr)
-	d.mu.Unlock()
-	if d.err != nil {
-		return nil, d.err
+func (r *fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lookups = append(r.lookups, host)
+	if ips, ok := r.hosts[host]; ok {
+		return ips, nil
 	}
-	var nd net.Dialer
-	return nd.DialContext(ctx, network, addr)
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }
 
 func TestUpstreamDialing(t *testing.T) {
@@ -485,47 +492,45 @@ func TestUpstreamDialing(t *testing.T) {
 	closedAddr := closed.Addr().String()
 	_ = closed.Close()
 	o := newOrigin(t)
-	originAddr := strings.TrimPrefix(o.URL, "http://")
+	_, originPort, _ := net.SplitHostPort(strings.TrimPrefix(o.URL, "http://"))
+	named := "origin.test:" + originPort
 	auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n"
 	for _, tc := range []struct {
-		name       string
-		reason     string
-		dialErr    error // nil: the dialer dials
-		request    string
-		wantStatus int
-		wantDialed []string
+		name        string
+		reason      string
+		request     string
+		wantStatus  int
+		wantLookups []string
 	}{
 		{
 			name: "HTTP to a closed port", reason: "an unreachable upstream is a bad gateway",
-			request: "GET http://" + closedAddr + "/ HTTP/1.1\r\nHost: " + closedAddr + "\r\n", wantStatus: http.StatusBadGateway, wantDialed: []string{closedAddr},
+			request: "GET http://" + closedAddr + "/ HTTP/1.1\r\nHost: " + closedAddr + "\r\n", wantStatus: http.StatusBadGateway,
 		},
 		{
 			name: "CONNECT to a closed port", reason: "an unreachable tunnel target is a bad gateway",
-			request: "CONNECT " + closedAddr + " HTTP/1.1\r\nHost: " + closedAddr + "\r\n", wantStatus: http.StatusBadGateway, wantDialed: []string{closedAddr},
+			request: "CONNECT " + closedAddr + " HTTP/1.1\r\nHost: " + closedAddr + "\r\n", wantStatus: http.StatusBadGateway,
 		},
 		{
-			name: "HTTP dial refused by the dialer", reason: "the Transport dials through Config.Dialer",
-			dialErr: errors.New("refused by the test dialer"),
-			request: "GET " + o.URL + "/ HTTP/1.1\r\nHost: " + originAddr + "\r\n", wantStatus: http.StatusBadGateway, wantDialed: []string{originAddr},
+			name: "HTTP to an unknown name", reason: "a name that does not resolve is a bad gateway",
+			request: "GET http://nowhere.test/ HTTP/1.1\r\nHost: nowhere.test\r\n", wantStatus: http.StatusBadGateway, wantLookups: []string{"nowhere.test"},
 		},
 		{
-			name: "CONNECT dial refused by the dialer", reason: "tunnels dial through Config.Dialer",
-			dialErr: errors.New("refused by the test dialer"),
-			request: "CONNECT " + originAddr + " HTTP/1.1\r\nHost: " + originAddr + "\r\n", wantStatus: http.StatusBadGateway, wantDialed: []string{originAddr},
+			name: "CONNECT to an unknown name", reason: "a tunnel to a name that does not resolve is a bad gateway",
+			request: "CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n", wantStatus: http.StatusBadGateway, wantLookups: []string{"nowhere.test"},
 		},
 		{
-			name: "HTTP through the dialer", reason: "the injected dialer is used, and its connections work",
-			request: "GET " + o.URL + "/ HTTP/1.1\r\nHost: " + originAddr + "\r\n", wantStatus: http.StatusOK, wantDialed: []string{originAddr},
+			name: "HTTP through the resolver", reason: "names are resolved with Config.Resolver, and its addresses are dialed",
+			request: "GET http://" + named + "/ HTTP/1.1\r\nHost: " + named + "\r\n", wantStatus: http.StatusOK, wantLookups: []string{"origin.test"},
 		},
 		{
-			name: "CONNECT through the dialer", reason: "the injected dialer is used for tunnels, and its connections work",
-			request: "CONNECT " + originAddr + " HTTP/1.1\r\nHost: " + originAddr + "\r\n", wantStatus: http.StatusOK, wantDialed: []string{originAddr},
+			name: "CONNECT through the resolver", reason: "tunnels resolve with Config.Resolver too",
+			request: "CONNECT " + named + " HTTP/1.1\r\nHost: " + named + "\r\n", wantStatus: http.StatusOK, wantLookups: []string{"origin.test"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := &recordingDialer{err: tc.dialErr}
+			r := &fakeResolver{hosts: map[string][]netip.Addr{"origin.test": {netip.MustParseAddr("127.0.0.1")}}}
 			cfg := withAuth
-			cfg.Dialer = d
+			cfg.Resolver = r
 			h := start(t, cfg, time.Second)
 			resp := raw(t, h.addr, tc.request+auth)
 			if diff := cmp.Diff(tc.wantStatus, resp.status); diff != "" {
@@ -536,10 +541,10 @@ func TestUpstreamDialing(t *testing.T) {
 					t.Errorf("body (-want +got):\n%s", diff)
 				}
 			}
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			if diff := cmp.Diff(tc.wantDialed, d.dialed); diff != "" {
-				t.Errorf("%s: dialed (-want +got):\n%s", tc.reason, diff)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if diff := cmp.Diff(tc.wantLookups, r.lookups); diff != "" {
+				t.Errorf("%s: lookups (-want +got):\n%s", tc.reason, diff)
 			}
 		})
 	}

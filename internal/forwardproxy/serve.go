@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -14,11 +17,14 @@ import (
 // WriteTimeout: request and response bodies are streamed for as long as
 // they last, and CONNECT tunnels have the Proxy's idle timeout.
 const (
-	// readHeaderTimeout bounds reading a request's headers.
-	readHeaderTimeout = 10 * time.Second
-	// serverIdleTimeout closes a client's keep-alive connection that waits
-	// that long for its next request.
-	serverIdleTimeout = 2 * time.Minute
+	// DefaultReadHeaderTimeout bounds reading a request's headers, so that
+	// a client cannot hold a connection by sending them slowly.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultKeepAliveTimeout closes a client's keep-alive connection that
+	// waits that long for its next request.
+	DefaultKeepAliveTimeout = 2 * time.Minute
+	// DefaultMaxConnections caps the client connections open at once.
+	DefaultMaxConnections = 8192
 	// maxHeaderBytes bounds the size of a request's headers.
 	maxHeaderBytes = 64 << 10
 	// closeGrace is how long Serve waits for handlers to return after it
@@ -38,6 +44,38 @@ const (
 // Serve returns nil after a shutdown, drained or cut short, and the error
 // that stopped the server otherwise. It closes ln in every case.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Duration) error {
+	return ServeWith(ctx, ln, h, ServeOptions{Drain: drain})
+}
+
+// ServeOptions are the limits of ServeWith; zero values mean the defaults.
+type ServeOptions struct {
+	// Drain is how long requests in flight may go on after ctx is done.
+	Drain time.Duration
+	// ReadHeaderTimeout bounds reading a request's headers; zero means
+	// DefaultReadHeaderTimeout.
+	ReadHeaderTimeout time.Duration
+	// KeepAliveTimeout closes a client connection idle between requests;
+	// zero means DefaultKeepAliveTimeout.
+	KeepAliveTimeout time.Duration
+	// MaxConnections caps the client connections open at once, tunnels
+	// included; a connection past it is answered 503 and closed before
+	// anything is read from it. Zero means DefaultMaxConnections.
+	MaxConnections int
+}
+
+// ServeWith is Serve with limits other than the defaults.
+func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOptions) error {
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if o.KeepAliveTimeout <= 0 {
+		o.KeepAliveTimeout = DefaultKeepAliveTimeout
+	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	drain := o.Drain
+	ln = &limitListener{Listener: ln, max: int64(o.MaxConnections)}
 	// Requests are not cancelled when ctx is done, only when the drain
 	// period ends.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -45,12 +83,14 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Dura
 	t := newTracker()
 	srv := &http.Server{
 		Handler:           t.wrap(h),
-		ReadHeaderTimeout: readHeaderTimeout,
-		IdleTimeout:       serverIdleTimeout,
+		ReadHeaderTimeout: o.ReadHeaderTimeout,
+		IdleTimeout:       o.KeepAliveTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
+			ctx = context.WithValue(ctx, connKey{}, c)
+			ctx = context.WithValue(ctx, detachKey{}, t.detacher(c))
+			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
 	served := make(chan error, 1)
@@ -92,6 +132,76 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, drain time.Dura
 
 type connKey struct{}
 
+// detachKey holds, in a request's context, a function for handlers that go
+// on in a goroutine of their own after they return (a hijacked tunnel): it
+// counts that work as in flight, with its connection, until the function
+// it returns is called.
+type detachKey struct{}
+
+// serverKey holds, in a request's context, the context that ends when the
+// server stops serving (the end of the drain): unlike the request's own
+// context, it is not cancelled when the client half-closes its connection.
+type serverKey struct{}
+
+// limitListener answers 503 to the connections past max and closes them.
+type limitListener struct {
+	net.Listener
+	max  int64
+	open atomic.Int64
+}
+
+// tooMany is written, raw, to a connection over the limit: there is no
+// request to answer yet, and reading one would already cost what the limit
+// saves.
+const tooMany = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 52\r\n\r\nthe proxy is at its limit of concurrent connections\n"
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.open.Add(1) > l.max {
+			l.open.Add(-1)
+			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = io.WriteString(c, tooMany)
+			_ = c.Close()
+			continue
+		}
+		return &countedConn{Conn: c, l: l}, nil
+	}
+}
+
+// countedConn gives its slot back when closed, hijacked or not. It keeps
+// CloseWrite, which tunnels use for half-closes.
+type countedConn struct {
+	net.Conn
+	l    *limitListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// CloseWrite shuts the write half of a TCP connection.
+func (c *countedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(closeWriter); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// SyscallConn gives the tunnels the raw connection, to wait for bytes
+// without holding a buffer.
+func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
 // tracker counts the handler calls in flight and remembers the connection
 // of each, hijacked or not.
 type tracker struct {
@@ -114,6 +224,14 @@ func (t *tracker) wrap(h http.Handler) http.Handler {
 		defer t.end(c)
 		h.ServeHTTP(w, r)
 	})
+}
+
+// detacher returns the detachKey function of connection c.
+func (t *tracker) detacher(c net.Conn) func() func() {
+	return func() func() {
+		t.begin(c)
+		return func() { t.end(c) }
+	}
 }
 
 func (t *tracker) begin(c net.Conn) {

@@ -450,6 +450,34 @@ func checkProviderRights(b *bundle) error {
 	return errors.Join(errs...)
 }
 
+// checkNoClusterSecretReads: the operator's ServiceAccount may not list or
+// watch Secrets through a ClusterRoleBinding. Either right is the right to
+// read every Secret of the cluster (RBAC cannot filter by label); the
+// operator reads only the credentials Secrets it created, by name
+// (docs/security.md, RBAC; #12 item 10).
+func checkNoClusterSecretReads(b *bundle) error {
+	d, _, err := operator(b)
+	if err != nil {
+		return err
+	}
+	sa := d.Spec.Template.Spec.ServiceAccountName
+	var cluster []rbacv1.PolicyRule
+	for _, crb := range b.ClusterRoleBindings {
+		if slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == d.Namespace
+		}) {
+			cluster = append(cluster, b.rulesOf("", crb.RoleRef)...)
+		}
+	}
+	var errs []error
+	for _, verb := range []string{"list", "watch"} {
+		if allows(cluster, "", "secrets", verb) {
+			errs = append(errs, fmt.Errorf("ServiceAccount %s/%s may %s Secrets in every namespace", d.Namespace, sa, verb))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // checkCRDs: the render installs the API's CRDs.
 func checkCRDs(b *bundle) error {
 	var errs []error

@@ -31,6 +31,7 @@ var defaultChecks = []struct {
 	{"metrics", checkMetrics},
 	{"provider rights", checkProviderRights},
 	{"CRDs", checkCRDs},
+	{"no cluster-wide Secret reading", checkNoClusterSecretReads},
 }
 
 func runDefaultChecks(b *bundle) error {

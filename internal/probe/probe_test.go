@@ -36,7 +36,10 @@ func ipEcho(t *testing.T) *httptest.Server {
 // realProxy runs the product's forward proxy on loopback.
 func realProxy(t *testing.T) string {
 	t.Helper()
-	p, err := forwardproxy.New(forwardproxy.Config{Username: user, Password: pass})
+	// The check URL listens on loopback, which the proxy's default egress
+	// policy refuses.
+	p, err := forwardproxy.New(forwardproxy.Config{Username: user, Password: pass,
+		Egress: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,19 @@ const (
 	ClassInProgress Class = "InProgress"
 )
 
+// Reason refines a Class. Only Transient errors carry one today.
+type Reason string
+
+// ReasonRefused marks a Transient error for which the provider's API refused
+// the operator's credentials or permissions (HTTP 401 or 403, a Kubernetes
+// Forbidden). On a read (Get, ListByTag) it is usually brief (a token being
+// rotated, an ACL being edited) and says nothing about the instance: the
+// operator keeps the last known status, says so in a condition and in
+// ProviderHealth, and retries. On Create, or the Delete of a replacement, a
+// person must act, so the operator latches the Proxy as if the error were
+// Permanent, with Action as the advice.
+const ReasonRefused Reason = "Refused"
+
 // Op names a provider operation, for errors, logs, spans and metrics.
 type Op string
 
@@ -48,6 +61,8 @@ const (
 type Error struct {
 	// Class says what to do about the error.
 	Class Class
+	// Reason refines Class (see ReasonRefused); empty for most errors.
+	Reason Reason
 	// Provider is the name of the configured entry.
 	Provider string
 	// Op is the operation that failed.
@@ -91,6 +106,13 @@ func (e *Error) Unwrap() error { return e.Err }
 // NewTransient classifies err as Transient: retry with backoff.
 func NewTransient(err error) error {
 	return &Error{Class: ClassTransient, Err: err}
+}
+
+// NewRefused classifies err as Transient with ReasonRefused: the API refused
+// the credentials or permissions. action says what an administrator must fix
+// if the refusal lasts (for example "grant the token VM.Audit on /vms").
+func NewRefused(err error, action string) error {
+	return &Error{Class: ClassTransient, Reason: ReasonRefused, Err: err, Action: action}
 }
 
 // NewPermanent classifies err as Permanent: a human must act. action says
@@ -138,7 +160,20 @@ func IsNotFound(err error) bool { return ClassOf(err) == ClassNotFound }
 // IsInProgress reports whether err is an InProgress notice.
 func IsInProgress(err error) bool { return ClassOf(err) == ClassInProgress }
 
-// ActionOf returns the administrator action of a Permanent error, or "".
+// IsRefused reports whether err is a Transient error with ReasonRefused.
+func IsRefused(err error) bool { return IsTransient(err) && ReasonOf(err) == ReasonRefused }
+
+// ReasonOf returns the reason of the first *Error in err's chain, or "".
+func ReasonOf(err error) Reason {
+	var pe *Error
+	if errors.As(err, &pe) {
+		return pe.Reason
+	}
+	return ""
+}
+
+// ActionOf returns the administrator action of a Permanent or Refused
+// error, or "".
 func ActionOf(err error) string {
 	var pe *Error
 	if errors.As(err, &pe) {
@@ -169,7 +204,7 @@ func Annotate(err error, providerName string, op Op, id ID) error {
 	if errors.As(err, &pe) && pe.Provider != "" {
 		return err
 	}
-	out := &Error{Class: ClassOf(err), Provider: providerName, Op: op, ID: id,
+	out := &Error{Class: ClassOf(err), Reason: ReasonOf(err), Provider: providerName, Op: op, ID: id,
 		Action: ActionOf(err), RetryAfter: RetryAfterOf(err), Err: err}
 	if pe != nil && err == error(pe) { //nolint:errorlint // identity, not matching: is err the *Error itself, with nothing wrapped around it?
 		// Fold the provider's bare *Error into the annotated one, so that

@@ -18,6 +18,7 @@ type classification struct {
 	Permanent   bool
 	NotFound    bool
 	InProgress  bool
+	Refused     bool
 	Action      string
 	RetryAfter  time.Duration
 	IsCauseKept bool
@@ -32,6 +33,7 @@ func classify(err error) classification {
 		Permanent:   provider.IsPermanent(err),
 		NotFound:    provider.IsNotFound(err),
 		InProgress:  provider.IsInProgress(err),
+		Refused:     provider.IsRefused(err),
 		Action:      provider.ActionOf(err),
 		RetryAfter:  provider.RetryAfterOf(err),
 		IsCauseKept: errors.Is(err, errCause),
@@ -80,6 +82,18 @@ func TestClassification(t *testing.T) {
 			reason: "InProgress carries the delay before the next call",
 			err:    provider.NewInProgress("waiting for clone task", 7*time.Second),
 			want:   classification{Class: provider.ClassInProgress, InProgress: true, RetryAfter: 7 * time.Second},
+		},
+		{
+			name:   "NewRefused",
+			reason: "a refused read is retried like any Transient error, and carries the advice for when it lasts",
+			err:    fmt.Errorf("reading VM list: %w", provider.NewRefused(errCause, "check the token")),
+			want:   classification{Class: provider.ClassTransient, Transient: true, Refused: true, Action: "check the token", IsCauseKept: true},
+		},
+		{
+			name:   "Permanent around Refused",
+			reason: "the operator latches a refused create by wrapping it in a Permanent error: the outer class wins and it is no longer a mere refusal",
+			err:    provider.NewPermanent(provider.NewRefused(errCause, "grant VM.Clone"), "grant VM.Clone"),
+			want:   classification{Class: provider.ClassPermanent, Permanent: true, Action: "grant VM.Clone", IsCauseKept: true},
 		},
 		{
 			name:   "wrapped Permanent",
@@ -149,6 +163,16 @@ func TestAnnotate(t *testing.T) {
 			wantMsg:    `provider "lab": create "pve1/104": boom`,
 			want:       classification{Class: provider.ClassPermanent, Permanent: true, Action: "grant VM.Clone", IsCauseKept: true},
 			wantFields: []string{"lab", "create", "pve1/104"},
+		},
+		{
+			name:       "bare Refused keeps its reason",
+			reason:     "losing the reason would make a refused read look like any outage, and a refused create would not latch",
+			err:        provider.NewRefused(errCause, "check the token"),
+			op:         provider.OpGet,
+			id:         "pve1/104",
+			wantMsg:    `provider "lab": get "pve1/104": boom`,
+			want:       classification{Class: provider.ClassTransient, Transient: true, Refused: true, Action: "check the token", IsCauseKept: true},
+			wantFields: []string{"lab", "get", "pve1/104"},
 		},
 		{
 			name:       "bare InProgress keeps its delay",

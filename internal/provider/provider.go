@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/netip"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 )
 
 // ID identifies an instance within one provider entry. Its format belongs to
@@ -96,6 +98,9 @@ type ProxySettings struct {
 	// AllowedSourceRanges are the client networks allowed to use the proxy;
 	// empty means any source (only with Credentials set).
 	AllowedSourceRanges []netip.Prefix
+	// Egress is the entry's destination policy, which the proxy enforces
+	// on the addresses it connects to; its zero value is the safe default.
+	Egress config.EgressPolicy
 }
 
 // SecretRef names the keys of a Secret that hold the proxy credentials.

@@ -44,6 +44,11 @@ type Block struct {
 	// a host port: the scheduler never puts two proxies with the same port
 	// on one node.
 	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// AllowPrivilegedHostPorts lets proxies with hostNetwork listen on a
+	// node port below 1024. Off by default: such a port (22, 53, 80, 443 of
+	// the node) belongs to the node's own services, and a Proxy's author
+	// must not be able to take it; an administrator may allow it.
+	AllowPrivilegedHostPorts bool `json:"allowPrivilegedHostPorts,omitempty"`
 	// ServiceAccountName is the pods' service account; empty means the
 	// namespace's default. The proxy needs no API access, so its token is
 	// never mounted.
@@ -146,5 +151,5 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // String summarises the block for --check-config.
 func (b *Block) String() string {
-	return fmt.Sprintf("namespace %s, hostNetwork %t", b.Namespace, b.HostNetwork)
+	return fmt.Sprintf("namespace %s, hostNetwork %t, allowPrivilegedHostPorts %t", b.Namespace, b.HostNetwork, b.AllowPrivilegedHostPorts)
 }

@@ -183,6 +183,34 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 	return pod, nil
 }
 
+// egressArgs returns the proxy subcommand's flags for the entry's egress
+// policy; the default policy needs none, so pods of entries without one
+// keep their arguments.
+func egressArgs(e config.EgressPolicy) []string {
+	join := func(ps []netip.Prefix) string {
+		out := make([]string, 0, len(ps))
+		for _, p := range ps {
+			out = append(out, p.Masked().String())
+		}
+		return strings.Join(out, ",")
+	}
+	var args []string
+	if len(e.AllowCIDRs) > 0 {
+		args = append(args, "--egress-allow-cidrs="+join(e.AllowCIDRs))
+	}
+	if len(e.DenyCIDRs) > 0 {
+		args = append(args, "--egress-deny-cidrs="+join(e.DenyCIDRs))
+	}
+	if len(e.ConnectPorts) > 0 {
+		ports := make([]string, 0, len(e.ConnectPorts))
+		for _, r := range e.ConnectPorts {
+			ports = append(ports, r.String())
+		}
+		args = append(args, "--connect-ports="+strings.Join(ports, ","))
+	}
+	return args
+}
+
 // podFor builds the pod of a request.
 func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 	mt, ok := p.entry.MachineTypes[req.MachineType]
@@ -194,6 +222,11 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		image = p.image
 	}
 	port := req.Proxy.Port
+	if p.block.HostNetwork && port < privilegedPortsEnd && !p.block.AllowPrivilegedHostPorts {
+		return nil, provider.NewPermanent(
+			fmt.Errorf("port %d is below %d, and with hostNetwork it would be a port of the node itself", port, privilegedPortsEnd),
+			"recreate the Proxy with a port of 1024 or more, or set allowPrivilegedHostPorts in the entry's kubernetes block")
+	}
 	args := []string{"proxy", fmt.Sprintf("--listen=:%d", port), "--admin-listen=0"}
 	if len(req.Proxy.AllowedSourceRanges) > 0 {
 		ranges := make([]string, 0, len(req.Proxy.AllowedSourceRanges))
@@ -202,6 +235,7 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		}
 		args = append(args, "--allowed-source-ranges="+strings.Join(ranges, ","))
 	}
+	args = append(args, egressArgs(req.Proxy.Egress)...)
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr(false),
 		ReadOnlyRootFilesystem:   ptr(true),
@@ -348,6 +382,12 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		return provider.Instance{}, provider.NewNotFound(err)
 	}
 	pod, err := p.getPod(ctx, p.c, name)
+	if apierrors.IsNotFound(err) || (err == nil && !p.ours(pod)) {
+		// NotFound makes the operator replace the instance. The cache may
+		// not have seen a pod created a moment ago (or may still hold a
+		// predecessor's), so the verdict comes from the API server itself.
+		pod, err = p.getPod(ctx, p.api, name)
+	}
 	if apierrors.IsNotFound(err) {
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("pod %s does not exist", id))
 	}
@@ -468,8 +508,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 func classify(err error, what string) error {
 	wrapped := fmt.Errorf("%s: %w", what, err)
 	switch {
-	case apierrors.IsForbidden(err):
-		return provider.NewPermanent(wrapped, "grant the operator's service account the RBAC rights the kubernetes provider needs (see docs/kubernetes.md)")
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		// A refusal: a read retries, a create latches (provider.ReasonRefused).
+		return provider.NewRefused(wrapped, "grant the operator's service account the RBAC rights the kubernetes provider needs (see docs/kubernetes.md)")
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 		return provider.NewPermanent(wrapped, "check the kubernetes block of the providers configuration")
 	case apierrors.IsNotFound(err):

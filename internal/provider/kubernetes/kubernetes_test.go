@@ -194,6 +194,71 @@ func TestCreateBuildsAHardenedPod(t *testing.T) {
 	}
 }
 
+// A Proxy's author must not take a node's privileged port (22, 53, 80) with
+// hostNetwork unless the entry's administrator allows it (#12 item 11).
+func TestPrivilegedHostPortsNeedTheEntrysConsent(t *testing.T) {
+	ctx := context.Background()
+	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	req := request(proxyNS, nil)
+	req.Proxy.Port = 53
+
+	p := newProvider(t, entry(t, podNS, "      hostNetwork: true\n"))
+	_, err := p.Create(ctx, req)
+	if !provider.IsPermanent(err) || !strings.Contains(provider.ActionOf(err), "allowPrivilegedHostPorts") {
+		t.Fatalf("Create on host port 53 = %v, want Permanent naming allowPrivilegedHostPorts", err)
+	}
+	var pods corev1.PodList
+	if err := k8s.List(ctx, &pods, client.InNamespace(podNS)); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("pods after the refusal: %d, %v; want none", len(pods.Items), err)
+	}
+
+	allowed := newProvider(t, entry(t, podNS, "      hostNetwork: true\n      allowPrivilegedHostPorts: true\n"))
+	if _, err := allowed.Create(ctx, req); err != nil {
+		t.Fatalf("Create with the entry's consent: %v", err)
+	}
+	var pod corev1.Pod
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: podNS, Name: req.Name}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := pod.Spec.Containers[0].Ports[0].HostPort; got != 53 {
+		t.Errorf("hostPort = %d, want 53", got)
+	}
+}
+
+// laggingCache stands for an informer cache that has not seen a new pod yet.
+type laggingCache struct{ client.Client }
+
+func (l laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, isPod := obj.(*corev1.Pod); isPod {
+		return apierrors.NewNotFound(corev1.Resource("pods"), key.Name)
+	}
+	return l.Client.Get(ctx, key, obj, opts...)
+}
+
+// A cache that lags behind must never make Get say NotFound for a pod that
+// exists: the operator would replace it and run two (#12 item 11).
+func TestGetConfirmsNotFoundWithALiveRead(t *testing.T) {
+	ctx := context.Background()
+	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	e := entry(t, podNS, "")
+	req := request(proxyNS, nil)
+	id, err := newProvider(t, e).Create(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lagging, err := kubernetes.New(kubernetes.Options{Entry: e, Client: laggingCache{k8s}, APIReader: k8s, DefaultImage: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := lagging.Get(ctx, id)
+	if err != nil || in.ID != id {
+		t.Fatalf("Get through a lagging cache = %+v, %v; want the pod, confirmed on the API server", in, err)
+	}
+	if _, err := lagging.Get(ctx, kubernetes.ID(podNS, "never-made")); !provider.IsNotFound(err) {
+		t.Errorf("Get of a pod that does not exist = %v, want NotFound", err)
+	}
+}
+
 func TestHostNetworkUsesTheNodeAddressAndAHostPort(t *testing.T) {
 	ctx := context.Background()
 	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")

@@ -35,5 +35,10 @@ func cacheNeeds(entries []*config.Entry) map[client.Object]cache.ByObject {
 		return nil
 	}
 	managed := labels.SelectorFromSet(labels.Set{LabelManagedBy: LabelManagedByValue})
-	return map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: managed, Namespaces: namespaces}}
+	// The pods' credentials Secrets are read through the cache too, and
+	// only in the same namespaces, where the Role allows it.
+	return map[client.Object]cache.ByObject{
+		&corev1.Pod{}:    {Label: managed, Namespaces: namespaces},
+		&corev1.Secret{}: {Label: managed, Namespaces: namespaces},
+	}
 }

@@ -2,6 +2,7 @@ package proxmox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -38,6 +39,11 @@ const (
 	maxBody = 32 << 20
 	// callTimeout bounds one API call other than an upload.
 	callTimeout = 30 * time.Second
+	// defaultUploadTimeout bounds one seed upload, body and answer. A seed
+	// is well under a MiB; a storage that takes longer is stuck, and the
+	// upload is retried rather than left holding a worker (and the seed's
+	// credentials in memory) without end.
+	defaultUploadTimeout = 2 * time.Minute
 )
 
 // tokenPattern is the shape of an API token: user@realm!tokenid=secret.
@@ -144,6 +150,9 @@ type client struct {
 	tokenFile string
 	caFile    string
 	insecure  bool
+
+	// uploadTimeout bounds an upload; zero means defaultUploadTimeout.
+	uploadTimeout time.Duration
 
 	mu   sync.Mutex
 	http *http.Client // built once the CA has loaded
@@ -269,11 +278,12 @@ func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 	if err != nil {
 		return err
 	}
-	if cl.body == nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, callTimeout)
-		defer cancel()
+	timeout := callTimeout
+	if cl.body != nil {
+		timeout = cmp.Or(c.uploadTimeout, defaultUploadTimeout)
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	u := c.base + cl.path
 	if len(cl.query) > 0 {
 		u += "?" + cl.query.Encode()
@@ -375,6 +385,11 @@ func readAPIError(resp *http.Response, tok string) error {
 	}
 	if e.Message == "" {
 		e.Message = http.StatusText(resp.StatusCode)
+	}
+	if e.Message == "" {
+		// A status without a standard text (595, 596 from a proxy that
+		// sends no reason phrase) must still say something.
+		e.Message = "no message"
 	}
 	e.redact(tok)
 	return e

@@ -406,6 +406,9 @@ func (p *Provider) configForm(pl plan, cfg map[string]any) (url.Values, error) {
 		"cores":  {strconv.Itoa(pl.mt.Cores)},
 		"memory": {strconv.Itoa(pl.mt.MemoryMiB)},
 		"agent":  {"1"},
+		// A planned reboot of the node starts the VM again, instead of
+		// leaving it stopped for the operator to replace (#12 item 8).
+		"onboot": {"1"},
 		"tags":   {Tag},
 	}
 	if p.block.Bridge != "" || p.block.VLANTag != 0 {

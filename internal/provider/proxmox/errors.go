@@ -81,10 +81,13 @@ func classify(what string, err error) error {
 			return provider.NewNotFound(werr)
 		case ae.Status == 400:
 			return provider.NewPermanent(werr, "fix the configuration or template the API refused")
+		// 401 and 403 are refusals: brief during a token rotation or an
+		// ACL edit, so a read retries while a create latches (see
+		// provider.ReasonRefused).
 		case ae.Status == 401:
-			return provider.NewPermanent(werr, "check the API token in the token file (user, token id and secret)")
+			return provider.NewRefused(werr, "check the API token in the token file (user, token id and secret)")
 		case ae.Status == 403:
-			return provider.NewPermanent(werr, "grant the token the privilege named in the message (see docs/proxmox.md)")
+			return provider.NewRefused(werr, "grant the token the privilege named in the message (see docs/proxmox.md)")
 		}
 		// 5xx, 595 (no response), 596 (connection error), locks.
 		return provider.NewTransient(werr)

@@ -29,10 +29,18 @@ type mark struct {
 
 func (m mark) description() string {
 	return markHeader + "\n" +
-		markOwnerUID + m.OwnerUID + "\n" +
-		markName + m.Name + "\n" +
+		markOwnerUID + markValue(m.OwnerUID) + "\n" +
+		markName + markValue(m.Name) + "\n" +
 		markCreatedAt + m.CreatedAt.UTC().Format(time.RFC3339) + "\n" +
-		markOwner + m.Owner + "\n"
+		markOwner + markValue(m.Owner) + "\n"
+}
+
+// markValue is a value as one line of the mark: line breaks become spaces,
+// so that no value (a Proxy's name is chosen by its author) can add a line
+// of its own, such as another owner-uid, and the ends are trimmed as
+// parseMark trims them.
+func markValue(s string) string {
+	return strings.TrimSpace(strings.NewReplacer("\r", " ", "\n", " ").Replace(s))
 }
 
 // parseMark reads a mark from a description; ok is false without one.
@@ -41,12 +49,14 @@ func parseMark(desc string) (mark, bool) {
 	for line := range strings.SplitSeq(desc, "\n") {
 		line = strings.TrimSpace(line)
 		switch {
+		// Values are trimmed as markValue writes them, so that what is
+		// read is what would be written back.
 		case strings.HasPrefix(line, markOwnerUID):
-			m.OwnerUID = strings.TrimPrefix(line, markOwnerUID)
+			m.OwnerUID = strings.TrimSpace(strings.TrimPrefix(line, markOwnerUID))
 		case strings.HasPrefix(line, markName):
-			m.Name = strings.TrimPrefix(line, markName)
+			m.Name = strings.TrimSpace(strings.TrimPrefix(line, markName))
 		case strings.HasPrefix(line, markOwner):
-			m.Owner = strings.TrimPrefix(line, markOwner)
+			m.Owner = strings.TrimSpace(strings.TrimPrefix(line, markOwner))
 		case strings.HasPrefix(line, markCreatedAt):
 			if t, err := time.Parse(time.RFC3339, strings.TrimPrefix(line, markCreatedAt)); err == nil {
 				m.CreatedAt = t

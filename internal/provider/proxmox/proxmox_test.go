@@ -74,6 +74,11 @@ func TestLifecycle(t *testing.T) {
 	if cfg["tags"] != Tag || cfg["agent"] != "1" || cfg["cores"] != "2" || cfg["memory"] != "512" {
 		t.Errorf("config tags=%q agent=%q cores=%q memory=%q", cfg["tags"], cfg["agent"], cfg["cores"], cfg["memory"])
 	}
+	// A node's planned reboot must start the VM again rather than leave it
+	// stopped, which would make the operator replace every VM of the node.
+	if cfg["onboot"] != "1" {
+		t.Errorf("config onboot=%q, want 1", cfg["onboot"])
+	}
 	if m, ok := parseMark(cfg["description"]); !ok || m.OwnerUID != "uid-lifecycle" || m.Name != req.Name || m.CreatedAt.IsZero() {
 		t.Errorf("mark %+v in %q (F10, F11)", m, cfg["description"])
 	}
@@ -146,8 +151,8 @@ func TestErrorsHoldNoSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := h.provider().Get(h.ctx, ID("pve1", 123456, "proxy-nothing000000001"))
-	if !provider.IsPermanent(err) || !strings.Contains(err.Error(), "Authentication failed!") {
-		t.Errorf("Get with a wrong secret: %v, want Permanent 401 Authentication failed! (F22)", err)
+	if !provider.IsRefused(err) || !strings.Contains(err.Error(), "Authentication failed!") {
+		t.Errorf("Get with a wrong secret: %v, want Refused 401 Authentication failed! (F22)", err)
 	}
 	errs = append(errs, err)
 	for _, e := range errs {
@@ -760,4 +765,25 @@ func TestHelpers(t *testing.T) {
 	if a.IsValid() {
 		t.Error("no address expected")
 	}
+}
+
+// TestUploadTimesOut (#12 item 11): a storage that never answers an upload
+// must not hold the create (and the seed with the proxy password) for ever:
+// the upload ends with a Transient error after its timeout, and Create is
+// retried later.
+func TestUploadTimesOut(t *testing.T) {
+	h := newHarness(t, nil)
+	p := h.provider()
+	p.api.uploadTimeout = 200 * time.Millisecond
+	h.sim.AddLatency(http.MethodPost, "/nodes/{node}/storage/{storage}/upload", time.Minute)
+	req := h.request("uid-upload-timeout", "proxy-uploadtimeout0001")
+	var err error
+	h.eventually("create reaches the upload", func() bool {
+		_, err = p.Create(h.ctx, req)
+		return !provider.IsInProgress(err)
+	})
+	if !provider.IsTransient(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Create with a stuck upload = %v, want Transient, deadline exceeded", err)
+	}
+	assertNoSecret(t, "error", err.Error())
 }

@@ -60,7 +60,12 @@ func (r *Runner) Start(g pvesim.Guest) error {
 		AllowedSourceRanges: settings.Allow, Log: r.Log.WithValues("vmid", g.VMID),
 		// A VM reaches the world from its own address; so does the guest,
 		// which gives each guest its own egress address.
-		Dialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: g.Address.AsSlice()}},
+		LocalAddr: g.Address,
+		// Simulated guests and the origins they are tested against all
+		// live on loopback, which the default egress policy refuses; a
+		// real guest enforces the entry's policy with the nftables rules
+		// of its seed.
+		Egress: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 	})
 	if err != nil {
 		return fmt.Errorf("guest %d: configuring the proxy: %w", g.VMID, err)

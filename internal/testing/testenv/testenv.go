@@ -1,22 +1,29 @@
 package testenv
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 )
@@ -137,4 +144,69 @@ func Consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
 		case <-tick.C:
 		}
 	}
+}
+
+// OperatorUser is the user the operator runs as in a cluster: the
+// ServiceAccount config/default binds the shipped roles to.
+const OperatorUser = "system:serviceaccount:egress-proxies-system:egress-proxies-controller-manager"
+
+// AsOperator applies the generated RBAC of config/rbac/role.yaml (the
+// ClusterRole and the namespaced Roles, bound to OperatorUser) to the
+// control plane and returns a rest.Config that impersonates OperatorUser.
+// An operator run with it has the rights a real install gives it, no more:
+// a rule missing from the markers fails the test that needs it.
+func (e *Env) AsOperator() (*rest.Config, error) {
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(crdDir()), "..", "rbac", "role.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("reading the generated RBAC: %w", err)
+	}
+	ctx := context.Background()
+	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: OperatorUser}}
+	for _, doc := range strings.Split(string(data), "\n---") {
+		if strings.TrimSpace(doc) == "" || strings.TrimSpace(doc) == "---" {
+			continue
+		}
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			return nil, fmt.Errorf("decoding the generated RBAC: %w", err)
+		}
+		switch meta.Kind {
+		case "ClusterRole":
+			var cr rbacv1.ClusterRole
+			if err := yaml.UnmarshalStrict([]byte(doc), &cr); err != nil {
+				return nil, fmt.Errorf("decoding ClusterRole: %w", err)
+			}
+			binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name}, Subjects: subject,
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}}
+			if err := createAll(ctx, e.Client, &cr, binding); err != nil {
+				return nil, err
+			}
+		case "Role":
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+				return nil, fmt.Errorf("decoding Role: %w", err)
+			}
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace}}
+			binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace}, Subjects: subject,
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}}
+			if err := createAll(ctx, e.Client, ns, &r, binding); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("unexpected kind %q in the generated RBAC", meta.Kind)
+		}
+	}
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: OperatorUser, Groups: []string{"system:serviceaccounts", "system:authenticated"}}
+	return cfg, nil
+}
+
+// createAll creates objects, accepting those that exist already.
+func createAll(ctx context.Context, c client.Client, objs ...client.Object) error {
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %T %s: %w", o, o.GetName(), err)
+		}
+	}
+	return nil
 }

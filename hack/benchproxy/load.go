@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// scenario is one kind of client request.
+type scenario struct {
+	name    string
+	path    string // origin path of the GET
+	connect bool   // through a new CONNECT tunnel per request
+}
+
+// smallBody and largeBody are what the origin serves.
+var (
+	smallBody = bytes.Repeat([]byte("s"), 1<<10)
+	largeBody = bytes.Repeat([]byte("L"), 1<<20)
+)
+
+// scenarios are measured in this order, for each proxy and directly.
+var scenarios = []scenario{
+	{name: "GET 1 KiB", path: "/small"},
+	{name: "GET 1 MiB", path: "/large"},
+	{name: "CONNECT + GET 1 KiB", path: "/small", connect: true},
+}
+
+// originPorts is how many ports the origin listens on. Tunnels open a
+// connection per request, thousands a second: spread over many destination
+// ports, the proxies' connections to the origin do not run out of
+// ephemeral ports nor meet the origin's TIME_WAIT sockets of an earlier
+// connection with the same addresses and ports.
+const originPorts = 64
+
+// origin is the HTTP server every request ends at.
+type origin struct {
+	addr  string   // the first port, for keep-alive GETs and idle tunnels
+	addrs []string // every port, taken in turn by tunnels
+	next  atomic.Uint64
+	srv   *http.Server
+	wg    sync.WaitGroup
+}
+
+// tunnelTarget returns the origin address of the next tunnel.
+func (o *origin) tunnelTarget() string {
+	return o.addrs[o.next.Add(1)%uint64(len(o.addrs))]
+}
+
+func startOrigin(ctx context.Context) (*origin, error) {
+	var lns []net.Listener
+	for range originPorts {
+		ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+		if err != nil {
+			for _, l := range lns {
+				_ = l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/small", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(smallBody) })
+	mux.HandleFunc("/large", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(largeBody) })
+	// Idle tunnels hold connections that never send a request: the
+	// header timeout outlasts the run.
+	o := &origin{addr: lns[0].Addr().String(), srv: &http.Server{Handler: mux, ReadHeaderTimeout: time.Hour}}
+	for _, ln := range lns {
+		o.addrs = append(o.addrs, ln.Addr().String())
+		o.wg.Go(func() { _ = o.srv.Serve(ln) })
+	}
+	return o, nil
+}
+
+func (o *origin) close() {
+	_ = o.srv.Close()
+	o.wg.Wait()
+}
+
+// op performs one request and returns the body bytes it read.
+type op func(ctx context.Context) (int64, error)
+
+// makeOp returns a new client's op; each worker makes its own.
+type makeOp func() op
+
+func getOp(c *http.Client, target string) op {
+	return func(ctx context.Context) (int64, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		return n, err
+	}
+}
+
+// directClient requests the origin without a proxy: the baseline that the
+// proxies' latency is compared with.
+func directClient(org *origin, sc scenario, concurrency int) makeOp {
+	if sc.connect {
+		return func() op { return tunnelOp("", org, sc.path) }
+	}
+	c := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: concurrency, DisableCompression: true}}
+	return func() op { return getOp(c, "http://"+org.addr+sc.path) }
+}
+
+// proxyClient requests the origin through the proxy at proxyAddr, with its
+// credentials, keeping connections alive as a crawler does.
+func proxyClient(org *origin, proxyAddr string, sc scenario, concurrency int) makeOp {
+	if sc.connect {
+		return func() op { return tunnelOp(proxyAddr, org, sc.path) }
+	}
+	u := &url.URL{Scheme: "http", Host: proxyAddr, User: url.UserPassword(benchUser, benchPass)}
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: concurrency, DisableCompression: true}}
+	return func() op { return getOp(c, "http://"+org.addr+sc.path) }
+}
+
+var proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(benchUser+":"+benchPass))
+
+// connectRequest is the CONNECT request for target.
+func connectRequest(target string) string {
+	return "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\nProxy-Authorization: " + proxyAuth + "\r\n\r\n"
+}
+
+// tunnelOp opens a tunnel through proxyAddr (none: a direct connection),
+// sends one GET through it and closes it: what a crawler does for each
+// HTTPS host, without the TLS, which would only measure the client.
+func tunnelOp(proxyAddr string, org *origin, path string) op {
+	return func(ctx context.Context) (int64, error) {
+		var d net.Dialer
+		target := org.tunnelTarget()
+		addr := target
+		if proxyAddr != "" {
+			addr = proxyAddr
+		}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return 0, err
+		}
+		defer func() {
+			// A reset rather than a FIN: the client's side keeps no
+			// TIME_WAIT socket, and thousands of tunnels a second do not
+			// exhaust its ports.
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+			_ = c.Close()
+		}()
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(dl)
+		}
+		br := bufio.NewReader(c)
+		if proxyAddr != "" {
+			if _, err := io.WriteString(c, connectRequest(target)); err != nil {
+				return 0, err
+			}
+			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+			if err != nil {
+				return 0, err
+			}
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return 0, fmt.Errorf("CONNECT: %s", resp.Status)
+			}
+		}
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: "+target+"\r\nConnection: close\r\n\r\n"); err != nil {
+			return 0, err
+		}
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+		if err != nil {
+			return 0, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		return io.Copy(io.Discard, resp.Body)
+	}
+}
+
+// measurement is one scenario's figures.
+type measurement struct {
+	scenario scenario
+	ok       int
+	errors   int
+	firstErr error
+	elapsed  time.Duration
+	bytes    int64
+	p50, p99 time.Duration
+	cpu      float64 // the proxy's CPU seconds during the scenario
+}
+
+// rps is the successful requests per second.
+func (m measurement) rps() float64 { return float64(m.ok) / m.elapsed.Seconds() }
+
+// measure runs the scenario with o.concurrency workers until o.requests
+// were sent or o.duration passed.
+func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement {
+	ctx, cancel := context.WithTimeout(ctx, o.duration)
+	defer cancel()
+	var (
+		sent atomic.Int64
+		mu   sync.Mutex
+		m    = measurement{scenario: sc}
+		lats []time.Duration
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	// The clock, not ctx.Err(), ends the run: the context's timer may fire
+	// a little after its deadline, and requests started in between fail
+	// at once on their connections' deadline, which is not a failure of
+	// the proxy.
+	end := start.Add(o.duration)
+	for range o.concurrency {
+		wg.Go(func() {
+			do := mk()
+			var mine []time.Duration
+			var n int64
+			var errs int
+			var firstErr error
+			for sent.Add(1) <= int64(o.requests) && time.Now().Before(end) {
+				t := time.Now()
+				b, err := do(ctx)
+				if err != nil {
+					if time.Now().Before(end) {
+						errs++
+						if firstErr == nil {
+							firstErr = err
+						}
+					}
+					continue
+				}
+				mine = append(mine, time.Since(t))
+				n += b
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			lats = append(lats, mine...)
+			m.bytes += n
+			m.errors += errs
+			if m.firstErr == nil {
+				m.firstErr = firstErr
+			}
+		})
+	}
+	wg.Wait()
+	m.elapsed = time.Since(start)
+	m.ok = len(lats)
+	slices.Sort(lats)
+	if len(lats) > 0 {
+		m.p50 = lats[len(lats)/2]
+		m.p99 = lats[min(len(lats)-1, len(lats)*99/100)]
+	}
+	return m
+}
+
+// openIdleTunnels opens n CONNECT tunnels to target through proxyAddr and
+// leaves them idle.
+func openIdleTunnels(ctx context.Context, proxyAddr, target string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, 0, n)
+	req := []byte(connectRequest(target))
+	var d net.Dialer
+	for range n {
+		c, err := d.DialContext(ctx, "tcp", proxyAddr)
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, c)
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			return conns, err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			return conns, err
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return conns, fmt.Errorf("CONNECT: %s", resp.Status)
+		}
+		_ = c.SetDeadline(time.Time{})
+	}
+	return conns, nil
+}
+
+func closeAll(conns []net.Conn) {
+	for _, c := range conns {
+		_ = c.Close()
+	}
+}
+
+// errorSummary says how many requests failed, for the table's notes.
+func errorSummary(m measurement) string {
+	if m.errors == 0 {
+		return ""
+	}
+	msg := "?"
+	if m.firstErr != nil {
+		msg = m.firstErr.Error()
+	}
+	return fmt.Sprintf("%d failed (%s)", m.errors, strings.ReplaceAll(msg, "|", "/"))
+}

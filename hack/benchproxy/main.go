@@ -1,0 +1,197 @@
+// Command benchproxy measures the forward proxy's data path against
+// tinyproxy and squid (`make bench-proxy`): the same client load through
+// each, all on loopback, basic auth on. It prints Markdown tables for
+// docs/performance.md: requests per second and the latency each proxy adds
+// over a direct request, for plain HTTP GETs of a small and a 1 MiB body
+// and for CONNECT tunnels; the proxy's CPU seconds per GB relayed; and its
+// resident memory with idle tunnels open. Every run is bounded by a request
+// count and a time limit and stops by itself.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options bound a run.
+type options struct {
+	proxies     []string
+	requests    int           // per scenario and proxy
+	duration    time.Duration // per scenario and proxy
+	concurrency int
+	idle        int // idle tunnels for the memory figure
+	rounds      int
+	install     bool
+	command     string // how the run was started, for the table's header
+}
+
+func main() {
+	if err := mainErr(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr() error {
+	if addr := os.Getenv(childEnv); addr != "" {
+		return runChild(addr)
+	}
+	var o options
+	var proxies string
+	flag.StringVar(&proxies, "proxies", "ours,tinyproxy,squid", "Comma-separated proxies to measure: ours, tinyproxy, squid.")
+	flag.IntVar(&o.requests, "requests", 20000, "At most this many requests per scenario and proxy.")
+	flag.DurationVar(&o.duration, "duration", 5*time.Second, "At most this long per scenario and proxy.")
+	flag.IntVar(&o.concurrency, "concurrency", 16, "Concurrent clients.")
+	flag.IntVar(&o.idle, "idle-tunnels", 1000, "Idle CONNECT tunnels opened for the memory figure.")
+	flag.IntVar(&o.rounds, "rounds", 3, "Rounds of every scenario through every proxy; the median round is reported.")
+	flag.BoolVar(&o.install, "install", true, "Install tinyproxy and squid with apt-get when they are missing.")
+	flag.Parse()
+	o.proxies = strings.Split(proxies, ",")
+	o.command = "make bench-proxy"
+	if len(os.Args) > 1 {
+		o.command += " ARGS='" + strings.Join(os.Args[1:], " ") + "'"
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, o, os.Stdout, func(format string, args ...any) {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	})
+}
+
+// run measures every available proxy and writes the tables to w.
+func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) error {
+	if o.requests < 1 || o.duration <= 0 || o.concurrency < 1 || o.idle < 0 || o.rounds < 1 {
+		return errors.New("--requests, --duration, --concurrency and --rounds must be positive")
+	}
+	raiseFileLimit()
+	org, err := startOrigin(ctx)
+	if err != nil {
+		return err
+	}
+	defer org.close()
+
+	res := &results{opts: o, started: time.Now()}
+	var procs []*proxyProc
+	defer func() {
+		for _, p := range procs {
+			p.stop()
+		}
+	}()
+	for _, name := range o.proxies {
+		if !available(ctx, name, o.install, log) {
+			res.missing = append(res.missing, name)
+			continue
+		}
+		p, err := startProxy(ctx, name)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+	}
+
+	// Rounds interleave the proxies, so that a burst of load from
+	// elsewhere on the machine hits all of them alike; each figure is the
+	// round with the median throughput.
+	direct := make([][]measurement, len(scenarios))
+	rounds := make([][][]measurement, len(procs))
+	for i := range procs {
+		rounds[i] = make([][]measurement, len(scenarios))
+	}
+	for round := range o.rounds {
+		for si, sc := range scenarios {
+			log("round %d/%d: %s: direct", round+1, o.rounds, sc.name)
+			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, o.concurrency)))
+			for pi, p := range procs {
+				log("round %d/%d: %s: %s", round+1, o.rounds, sc.name, p.name)
+				cpu := p.cpuSeconds()
+				m := measure(ctx, o, sc, proxyClient(org, p.addr, sc, o.concurrency))
+				m.cpu = p.cpuSeconds() - cpu
+				if m.errors > 0 && m.ok == 0 {
+					return fmt.Errorf("%s: %s: every request failed (%d): %w", p.name, sc.name, m.errors, m.firstErr)
+				}
+				rounds[pi][si] = append(rounds[pi][si], m)
+			}
+		}
+	}
+	for si := range scenarios {
+		res.direct = append(res.direct, median(direct[si]))
+	}
+	for pi, p := range procs {
+		r := proxyResult{name: p.name}
+		for si := range scenarios {
+			r.scenarios = append(r.scenarios, median(rounds[pi][si]))
+		}
+		log("%s: %d idle tunnels", p.name, o.idle)
+		if err := idleTunnels(ctx, p, org, o.idle, &r); err != nil {
+			return fmt.Errorf("%s: idle tunnels: %w", p.name, err)
+		}
+		res.proxies = append(res.proxies, r)
+	}
+	return res.write(w)
+}
+
+// median returns the round with the median throughput, with the CPU time
+// and bytes of all rounds, so that CPU per GB uses everything measured.
+func median(ms []measurement) measurement {
+	sorted := slices.Clone(ms)
+	slices.SortFunc(sorted, func(a, b measurement) int { return cmp.Compare(a.rps(), b.rps()) })
+	m := sorted[len(sorted)/2]
+	m.cpu, m.bytes, m.errors = 0, 0, 0
+	for _, r := range ms {
+		m.cpu += r.cpu
+		m.bytes += r.bytes
+		m.errors += r.errors
+		if m.firstErr == nil {
+			m.firstErr = r.firstErr
+		}
+	}
+	return m
+}
+
+// idleTunnels measures the proxy's resident memory before and with n idle
+// tunnels open, then closes them.
+func idleTunnels(ctx context.Context, p *proxyProc, org *origin, n int, r *proxyResult) error {
+	settle(ctx)
+	r.rssBefore = p.rssKiB()
+	tunnels, err := openIdleTunnels(ctx, p.addr, org.addr, n)
+	defer closeAll(tunnels)
+	if err != nil {
+		return err
+	}
+	settle(ctx)
+	r.rssIdle = p.rssKiB()
+	r.idle = len(tunnels)
+	return nil
+}
+
+// settle gives the proxy a moment to finish accepting the last tunnels
+// before its memory is read.
+func settle(ctx context.Context) {
+	t := time.NewTimer(500 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// raiseFileLimit lifts the soft limit on open files to the hard one: 1000
+// idle tunnels are 3000 descriptors here and 2000 in the proxy, which
+// inherits the limit.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+}

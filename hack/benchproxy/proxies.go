@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+)
+
+// The credentials every proxy of the bench checks (basic auth on).
+const (
+	benchUser = "bench"
+	benchPass = "bench-pw-1"
+)
+
+// childEnv, when set in the environment, makes this program (or the test
+// binary) run our forward proxy on the address it names instead of the
+// bench: the proxy then has a process of its own, whose CPU and memory are
+// measured like tinyproxy's and squid's.
+const childEnv = "BENCHPROXY_CHILD_LISTEN"
+
+// runChild serves our forward proxy on addr until the process is killed,
+// configured as a proxy pod runs it (basic auth, default limits), with the
+// egress policy widened to loopback, where the bench's origin listens.
+func runChild(addr string) error {
+	metrics, err := forwardproxy.NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		return err
+	}
+	p, err := forwardproxy.New(forwardproxy.Config{
+		Username: benchUser, Password: benchPass,
+		Egress: forwardproxy.EgressPolicy{
+			AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
+			ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}},
+		},
+		// Metrics on, as in a proxy pod.
+		Metrics: metrics,
+		Log:     logr.Discard(),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return forwardproxy.ServeWith(context.Background(), ln, p, forwardproxy.ServeOptions{})
+}
+
+// proxyProc is one proxy under test, running in its own process.
+type proxyProc struct {
+	name string
+	addr string
+	cmd  *exec.Cmd
+	dir  string
+}
+
+// pids returns the process and its children (squid's helpers): memory and
+// CPU are summed over them.
+func (p *proxyProc) pids() []int {
+	root := p.cmd.Process.Pid
+	out := []int{root}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := statFields(string(b))
+		if len(f) > 1 && f[1] == strconv.Itoa(root) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command name:
+// [0] is the state, [1] the parent's pid, [11] utime, [12] stime.
+func statFields(stat string) []string {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(stat[i+1:])
+}
+
+// cpuSeconds is the CPU time (user and system) the proxy's processes used.
+func (p *proxyProc) cpuSeconds() float64 {
+	const ticks = 100 // USER_HZ on Linux
+	var total float64
+	for _, pid := range p.pids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		f := statFields(string(b))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64)
+		s, _ := strconv.ParseFloat(f[12], 64)
+		total += (u + s) / ticks
+	}
+	return total
+}
+
+// rssKiB is the resident memory of the proxy's processes.
+func (p *proxyProc) rssKiB() int64 {
+	var total int64
+	for _, pid := range p.pids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+				total += kb
+			}
+		}
+	}
+	return total
+}
+
+func (p *proxyProc) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+	}
+}
+
+// freePort returns a loopback address that is free now.
+func freePort(ctx context.Context) (string, error) {
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().String(), nil
+}
+
+// startProxy starts the named proxy on a free loopback port and waits until
+// it accepts connections.
+func startProxy(ctx context.Context, name string) (*proxyProc, error) {
+	addr, err := freePort(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	p := &proxyProc{name: name, addr: addr}
+	switch name {
+	case "ours":
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		p.cmd = exec.CommandContext(ctx, self) //nolint:gosec // G204: this very program, re-executed.
+		p.cmd.Env = append(os.Environ(), childEnv+"="+addr)
+	case "tinyproxy":
+		if p.dir, err = os.MkdirTemp("", "benchproxy-tinyproxy-"); err != nil {
+			return nil, err
+		}
+		conf := "Port " + port + "\nListen 127.0.0.1\nTimeout 600\nMaxClients 4096\nLogLevel Critical\n" +
+			"DisableViaHeader Yes\nBasicAuth " + benchUser + " " + benchPass + "\n"
+		if os.Geteuid() == 0 {
+			conf = "User tinyproxy\nGroup tinyproxy\n" + conf
+		}
+		path := filepath.Join(p.dir, "tinyproxy.conf")
+		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		// -d: in the foreground, not as a daemon; its own file, never
+		// the system's configuration or service.
+		p.cmd = exec.CommandContext(ctx, "tinyproxy", "-d", "-c", path) //nolint:gosec // G204: a fixed program with the bench's own file.
+	case "squid":
+		if p.dir, err = squidDir(port); err != nil {
+			return nil, err
+		}
+		// -N: no daemon; its own configuration, cache and pid files.
+		p.cmd = exec.CommandContext(ctx, "squid", "-N", "-f", filepath.Join(p.dir, "squid.conf")) //nolint:gosec // G204: a fixed program with the bench's own file.
+	default:
+		return nil, fmt.Errorf("unknown proxy %q", name)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = nil, nil
+	if err := p.cmd.Start(); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	if err := waitListening(ctx, addr); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("%s did not listen on %s: %w", name, addr, err)
+	}
+	return p, nil
+}
+
+// squidDir writes squid's configuration: memory only, no logs but its
+// cache.log, basic auth through a helper that knows one user, CONNECT to
+// any port (the origin's), on 127.0.0.1:port.
+func squidDir(port string) (string, error) {
+	dir, err := os.MkdirTemp("", "benchproxy-squid-")
+	if err != nil {
+		return "", err
+	}
+	// squid, started as root, runs as its own user, which must write here.
+	if err := os.Chmod(dir, 0o777); err != nil { //nolint:gosec // G302: a scratch directory of a bench on loopback.
+		return "", err
+	}
+	helper := filepath.Join(dir, "auth.sh")
+	script := "#!/bin/sh\nwhile read -r u p; do if [ \"$u\" = " + benchUser + " ] && [ \"$p\" = " + benchPass + " ]; then echo OK; else echo ERR; fi; done\n"
+	if err := os.WriteFile(helper, []byte(script), 0o755); err != nil { //nolint:gosec // G306: the helper must be executable by squid's user.
+		return "", err
+	}
+	conf := strings.Join([]string{
+		"http_port 127.0.0.1:" + port,
+		"pid_filename " + filepath.Join(dir, "squid.pid"),
+		"cache_log " + filepath.Join(dir, "cache.log"),
+		"access_log none",
+		"cache deny all",
+		"cache_mem 8 MB",
+		"max_filedescriptors 16384",
+		"shutdown_lifetime 0 seconds",
+		"via off",
+		"forwarded_for delete",
+		"auth_param basic program " + helper,
+		"auth_param basic children 2",
+		"auth_param basic credentialsttl 2 hours",
+		"acl authed proxy_auth REQUIRED",
+		"http_access allow authed",
+		"http_access deny all",
+		"coredump_dir " + dir,
+		"",
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(dir, "squid.conf"), []byte(conf), 0o644); err != nil { //nolint:gosec // G306: squid's user reads it.
+		return "", err
+	}
+	return dir, nil
+}
+
+// waitListening polls addr until it accepts a connection.
+func waitListening(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+// available reports whether the named proxy can run here, and installs
+// tinyproxy and squid with apt-get when asked to and they are missing.
+func available(ctx context.Context, name string, install bool, log func(string, ...any)) bool {
+	if name == "ours" {
+		return true
+	}
+	if _, err := exec.LookPath(name); err == nil {
+		return true
+	}
+	if !install {
+		return false
+	}
+	log("%s is not installed; installing tinyproxy and squid with apt-get", name)
+	cmd := exec.CommandContext(ctx, "apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", "tinyproxy", "squid")
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		log("installing failed (%v); going on without %s:\n%s", err, name, lastLines(string(out), 5))
+		return false
+	}
+	// The packages start their system services; the bench never uses
+	// them, and they would hold port 3128 and memory during the runs.
+	for _, svc := range []string{"tinyproxy", "squid"} {
+		_ = exec.CommandContext(ctx, "service", svc, "stop").Run() //nolint:gosec // G204: one of two fixed service names.
+	}
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

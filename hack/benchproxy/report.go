@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// proxyResult is everything measured of one proxy.
+type proxyResult struct {
+	name      string
+	scenarios []measurement // in the order of scenarios
+	rssBefore int64         // KiB, after the scenarios, before the idle tunnels
+	rssIdle   int64         // KiB, with the idle tunnels open
+	idle      int
+}
+
+// perTunnelKiB is the memory each idle tunnel added.
+func (r proxyResult) perTunnelKiB() float64 {
+	if r.idle == 0 {
+		return 0
+	}
+	return float64(r.rssIdle-r.rssBefore) / float64(r.idle)
+}
+
+type results struct {
+	opts    options
+	started time.Time
+	direct  []measurement
+	proxies []proxyResult
+	missing []string
+}
+
+func (r *results) find(name string) (proxyResult, bool) {
+	for _, p := range r.proxies {
+		if p.name == name {
+			return p, true
+		}
+	}
+	return proxyResult{}, false
+}
+
+// added is the latency a proxy adds over the direct request. At the tail it
+// can come out negative: the direct run had its own pauses (the client and
+// the origin share the machine), which is why verdicts compare the proxies'
+// own percentiles, measured under the same load.
+func added(proxied, direct time.Duration) time.Duration { return proxied - direct }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond)) }
+
+// machine describes where the run happened.
+func machine() string {
+	model := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	kernel := ""
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = ", Linux " + strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("%s, %d CPUs%s, %s", model, runtime.NumCPU(), kernel, runtime.Version())
+}
+
+// verdict of our proxy in one scenario: throughput against tinyproxy's
+// (target: at least 1×) and p99 against squid's (target: at most 1×); the
+// direct baseline being the same for both, comparing p99s compares the
+// latency each adds.
+func (r *results) verdict(i int, ours measurement) string {
+	var parts []string
+	if t, ok := r.find("tinyproxy"); ok {
+		ratio := ours.rps() / t.scenarios[i].rps()
+		parts = append(parts, fmt.Sprintf("throughput %.2f× tinyproxy's (≥ 1: %s)", ratio, met(ratio >= 1)))
+	}
+	if s, ok := r.find("squid"); ok {
+		ratio := float64(ours.p99) / float64(max(s.scenarios[i].p99, time.Microsecond))
+		parts = append(parts, fmt.Sprintf("p99 %.2f× squid's (≤ 1: %s)", ratio, met(ratio <= 1)))
+	}
+	if len(parts) == 0 {
+		return "no reference proxy measured"
+	}
+	return strings.Join(parts, "; ")
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "missed"
+}
+
+// write prints the Markdown tables.
+func (r *results) write(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Measured %s on %s with `%s`: %d rounds of at most %d requests or %s per scenario and proxy (the median round shown), %d concurrent clients, %d idle tunnels.\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.rounds, r.opts.requests, r.opts.duration, r.opts.concurrency, r.opts.idle)
+	if len(r.missing) > 0 {
+		fmt.Fprintf(&b, "Not measured (not installed): %s.\n\n", strings.Join(r.missing, ", "))
+	}
+	b.WriteString("| Scenario | Proxy | Requests/s | p50 (ms) | p99 (ms) | p50 added (ms) | p99 added (ms) | CPU s/GB | Verdict |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for i, sc := range scenarios {
+		d := r.direct[i]
+		fmt.Fprintf(&b, "| %s | direct | %.0f | %s | %s | | | | baseline%s |\n", sc.name, d.rps(), ms(d.p50), ms(d.p99), notes(d))
+		for _, p := range r.proxies {
+			m := p.scenarios[i]
+			cpuPerGB := "n/a"
+			if m.bytes > 0 {
+				cpuPerGB = fmt.Sprintf("%.2f", m.cpu/(float64(m.bytes)/1e9))
+			}
+			v := "reference"
+			if p.name == "ours" {
+				v = r.verdict(i, m)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s%s |\n", sc.name, p.name, m.rps(),
+				ms(m.p50), ms(m.p99), ms(added(m.p50, d.p50)), ms(added(m.p99, d.p99)), cpuPerGB, v, notes(m))
+		}
+	}
+	b.WriteString("\n| Proxy | RSS before (MiB) | RSS with the idle tunnels (MiB) | Idle tunnels | KiB per idle tunnel | Verdict |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	least := 0.0
+	for _, p := range r.proxies {
+		if p.name != "ours" && (least == 0 || p.perTunnelKiB() < least) {
+			least = p.perTunnelKiB()
+		}
+	}
+	for _, p := range r.proxies {
+		v := "reference"
+		if p.name == "ours" {
+			v = "no reference proxy measured"
+			if least > 0 {
+				ratio := p.perTunnelKiB() / least
+				v = fmt.Sprintf("%.2f× the least of the others (≤ 1: %s)", ratio, met(ratio <= 1))
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %d | %.1f | %s |\n", p.name, float64(p.rssBefore)/1024, float64(p.rssIdle)/1024, p.idle, p.perTunnelKiB(), v)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func notes(m measurement) string {
+	if s := errorSummary(m); s != "" {
+		return "; " + s
+	}
+	return ""
+}

@@ -1,0 +1,109 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+)
+
+// An instance that stops right after every create (a broken image) must not
+// make the operator create without end: each successor waits longer, the
+// waits are in the events, and after the window's limit the Proxy stops
+// with ReplacementLoop and no further Create (item 8 of #12).
+func TestReplacementLoopIsBoundedAndBacksOff(t *testing.T) {
+	ns := newNamespace(t)
+	fake := fakeprovider.New(nil)
+	fake.SetAfterCreate(func(_ context.Context, id provider.ID) error {
+		fake.SetState(id, provider.StateStopped)
+		return nil
+	})
+	op := startOperator(t, operatorOptions{namespace: ns, fake: fake, opts: controller.Options{
+		Replacement: controller.ReplacementPolicy{Backoff: 100 * time.Millisecond, Limit: 3, Window: time.Hour},
+	}})
+	if err := k8s.Create(context.Background(), newProxy(ns, "web")); err != nil {
+		t.Fatal(err)
+	}
+	p := waitPhase(t, ns, "web", crawlv1alpha1.ProxyPhaseFailed, crawlv1alpha1.ReasonReplacementLoop)
+	if p.Status.RecentReplacements != 4 || p.Status.Address != "" {
+		t.Errorf("recentReplacements %d, address %q; want 4 and none", p.Status.RecentReplacements, p.Status.Address)
+	}
+	// The first create and one successor for each of the 3 allowed
+	// replacements; nothing after, however long we look.
+	consistently(t, time.Second, func() (bool, string) {
+		n := op.fake.CallCount(provider.OpCreate)
+		return n == 4, fmt.Sprintf("Create calls = %d, want 4", n)
+	})
+	// Each stopped instance was removed before its successor: nothing of
+	// the Proxy is left running or stopped.
+	if left := op.fake.Instances(); len(left) != 0 {
+		t.Errorf("instances left = %+v, want none", left)
+	}
+
+	events := strings.Join(eventsFor(t, ns, "web"), "\n")
+	for _, want := range []string{
+		"the successor is created in 100ms", "the successor is created in 200ms", "the successor is created in 400ms",
+		"no successor is created", "ReplacementLoop: The instance was replaced 4 times",
+	} {
+		if !strings.Contains(events, want) {
+			t.Errorf("events lack %q:\n%s", want, events)
+		}
+	}
+}
+
+// With maxConcurrentCreates: 1 a second Proxy's create waits, visibly,
+// until the first instance runs; both end Ready.
+func TestConcurrentCreatesAreCappedPerEntry(t *testing.T) {
+	ns := newNamespace(t)
+	cfg, err := config.Parse([]byte(`
+providers:
+  - name: lab
+    type: fake
+    maxConcurrentCreates: 1
+    zones: [rack-a, rack-b]
+    machineTypes:
+      small: {cores: 1, memoryMiB: 512, diskGiB: 8}
+    images: [debian-12]
+`), fakeprovider.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := fakeprovider.New(nil)
+	fake.GetsUntilRunning = 10
+	op := startOperator(t, operatorOptions{namespace: ns, fake: fake, cfg: cfg})
+	for _, name := range []string{"one", "two"} {
+		if err := k8s.Create(context.Background(), newProxy(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued := false
+	eventually(t, 30*time.Second, func() (bool, string) {
+		provisioning := 0
+		for _, in := range op.fake.Instances() {
+			if in.State == provider.StateProvisioning {
+				provisioning++
+			}
+		}
+		if provisioning > 1 {
+			t.Fatalf("%d instances are being created at once with maxConcurrentCreates 1", provisioning)
+		}
+		one, two := getProxy(t, ns, "one"), getProxy(t, ns, "two")
+		for _, p := range []*crawlv1alpha1.Proxy{one, two} {
+			for _, c := range p.Status.Conditions {
+				queued = queued || c.Reason == crawlv1alpha1.ReasonCreateQueued
+			}
+		}
+		return one.Status.Phase == crawlv1alpha1.ProxyPhaseReady && two.Status.Phase == crawlv1alpha1.ProxyPhaseReady,
+			fmt.Sprintf("phases %s, %s", one.Status.Phase, two.Status.Phase)
+	})
+	if !queued {
+		t.Error("no Proxy showed CreateQueued while the other was created")
+	}
+}
