@@ -136,8 +136,12 @@ docker-push: ## Push the image IMG (needs a Docker engine and the registry's cre
 	$(CONTAINER_TOOL) push $(IMG)
 
 .PHONY: bench
-bench: ## Measure API calls, convergence and memory of the proxmox provider against the simulator (ARGS='--proxies 1,100').
-	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench $(ARGS)
+bench: ## Measure API calls, convergence and memory of the proxmox provider against the simulator (ARGS='--proxies 1,100'); ARGS='--provider kvm2' measures the kvm2 provider on the real libvirt lab (BENCH_DOMAINS=100).
+	@case " $(ARGS) " in \
+	  *" --provider kvm2 "*|*" --provider=kvm2 "*) \
+	    $(GO) test -run '^$$' -bench 'BenchmarkKVM2' -benchtime 1x -timeout 30m ./internal/provider/libvirt/ ;; \
+	  *) assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" $(GO) run ./hack/bench $(ARGS) ;; \
+	esac
 
 .PHONY: bench-proxy
 bench-proxy: ## Measure the forward proxy against tinyproxy and squid on loopback (installs them with apt-get when missing; ARGS='--rounds 1').

@@ -53,9 +53,8 @@ var referenceEntries = []struct {
       images:
         debian-13: {templateVMID: 9000}
 `},
-	// The libvirt types land with issue 11; their blocks are written as
-	// that issue's docs/configuration.md describes them, and the sub-test
-	// below runs as soon as the types are registered.
+	// The libvirt types (docs/libvirt.md), with the block keys a team's
+	// reference config uses.
 	{"kvm", `
   - name: kvm-home
     type: kvm
@@ -63,6 +62,18 @@ var referenceEntries = []struct {
     machineTypes:
       medium: {cores: 2, memoryMiB: 2048, diskGiB: 10}
     images: [debian-13]
+    kvm:
+      hosts:
+        - {name: kvm1, address: kvm1.example.com, user: egress-operator, zone: home}
+      privateKeyFile: /etc/proxy-operator/kvm-ssh/ssh-privatekey
+      knownHostsFile: /etc/proxy-operator/kvm-ssh/known_hosts
+      pool: egress
+      network: egress
+      vlanTag: 4
+      installGuestAgent: true
+      domainType: kvm
+      images:
+        debian-13: {volume: debian-13.qcow2}
 `},
 	{"kvm2", `
   - name: kvm2-home
@@ -71,6 +82,18 @@ var referenceEntries = []struct {
     machineTypes:
       medium: {cores: 2, memoryMiB: 2048, diskGiB: 10}
     images: [debian-13]
+    kvm2:
+      hosts:
+        - {name: kvm1, address: kvm1.example.com, user: egress-operator, zone: home}
+      privateKeyFile: /etc/proxy-operator/kvm-ssh/ssh-privatekey
+      knownHostsFile: /etc/proxy-operator/kvm-ssh/known_hosts
+      pool: egress
+      network: egress
+      vlanTag: 4
+      installGuestAgent: true
+      domainType: kvm
+      images:
+        debian-13: {volume: debian-13.qcow2}
 `},
 }
 

@@ -3,6 +3,7 @@ package setup
 import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
@@ -10,5 +11,7 @@ import (
 // provider type is one line here, naming the Type its own package exports.
 var Types = provider.Types{
 	kubernetes.Type,
+	libvirt.KVMType,
+	libvirt.KVM2Type,
 	proxmox.Type,
 }

@@ -1,0 +1,343 @@
+package libvirt_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/libvirt"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
+)
+
+var env *testenv.Env
+
+// TestMain runs the tests inside the lab's namespaces (libvirtlab.Main
+// re-executes the binary there), then starts envtest on the namespace's
+// loopback.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !libvirtlab.InNamespace() && !testing.Short() {
+		libvirtlab.Main(m)
+		return
+	}
+	if libvirtlab.InNamespace() {
+		// Loopback, and a default route into an empty bridge: kube-apiserver
+		// picks its advertised address from the default route's interface.
+		// The bridge has no ports and goes nowhere, so the namespace stays closed.
+		for _, args := range [][]string{
+			{"link", "set", "lo", "up"},
+			{"link", "add", "envtest0", "type", "bridge"},
+			{"addr", "add", "203.0.113.254/32", "dev", "envtest0"},
+			{"link", "set", "envtest0", "up"},
+			{"route", "add", "default", "dev", "envtest0"},
+		} {
+			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "ip %s: %v: %s\n", strings.Join(args, " "), err, out)
+				os.Exit(1)
+			}
+		}
+	}
+	os.Exit(testenv.Main(m, func(e *testenv.Env) { env = e }))
+}
+
+// The entries of the lab's config: one per type, on the same host.
+const (
+	kvm2Entry   = "kvm2-lab"
+	kvmEntry    = "kvm-lab"
+	machineType = "small"
+	image       = "debian-12"
+)
+
+// labConfig is the providers configuration of the lab: a kvm2 entry reading
+// addresses from the network's DHCP leases, and a kvm entry asking the
+// guest agent, so that both address sources are proven.
+func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
+	t.Helper()
+	host, port, err := net.SplitHostPort(l.SSHAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(port)
+	entry := func(name, typ, source string) config.Entry {
+		return config.Entry{
+			Name: name, Type: typ, Zones: []string{"lab"}, Images: []string{image},
+			MachineTypes: map[string]config.MachineType{machineType: {Name: machineType, Cores: 1, MemoryMiB: 512}},
+			Block: &libvirt.Block{
+				Hosts:          []libvirt.Host{{Name: "lab1", Address: host, Port: n, User: l.SSHUser, Zone: "lab"}},
+				PrivateKeyFile: l.PrivateKeyFile,
+				KnownHostsFile: l.KnownHostsFile,
+				Pool:           l.Pool,
+				Network:        l.Network,
+				Images: map[string]libvirt.Image{image: {
+					Volume: l.BaseImageVolume, Kernel: l.Kernel, Initrd: l.Initrd, Cmdline: l.KernelCmdline,
+				}},
+				AddressSource: source,
+				DomainType:    "qemu",
+				SerialLogDir:  l.SerialDir,
+				Budgets: libvirt.Budgets{
+					PollInterval: &metav1.Duration{Duration: time.Second},
+					// A TCG guest on a busy machine powers off slowly; it must,
+					// to release its lease.
+					Shutdown: &metav1.Duration{Duration: 3 * time.Minute},
+				},
+			},
+		}
+	}
+	return &config.Config{Providers: []config.Entry{
+		entry(kvm2Entry, libvirt.TypeKVM2, libvirt.AddressSourceLease),
+		entry(kvmEntry, libvirt.TypeKVM, libvirt.AddressSourceAgent),
+	}}
+}
+
+// startOperator runs the operator as the binary builds it (internal/setup),
+// confined to namespace ns.
+func startOperator(t *testing.T, cfg *config.Config, ns string) {
+	t.Helper()
+	op, err := setup.New(setup.Options{
+		RestConfig: env.Config, Config: cfg, Namespaces: []string{ns},
+		Manager: ctrl.Options{Scheme: env.Scheme},
+		Controller: controller.Options{
+			PollInterval: time.Second, ResyncInterval: 5 * time.Second,
+			HealthInterval: 10 * time.Second, GCInterval: time.Hour, SkipNameValidation: true,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- op.Manager.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+	})
+}
+
+// TestRealGuestOnBothTypes is the real-guest tier: a Proxy on kvm2
+// and one on kvm go Ready with the address DHCP (kvm2) or the guest agent
+// (kvm) reports; through each, a request with the Secret's credentials
+// reaches a server in the namespace and one without gets 407; both
+// entries' ProviderHealth say OK; deleting the Proxies leaves no domain,
+// disk or seed (the DHCP lease stays until it expires: a known limit).
+func TestRealGuestOnBothTypes(t *testing.T) {
+	testenv.Need(t, env)
+	l := libvirtlab.Start(t, libvirtlab.Options{GuestImage: true})
+	cfg := labConfig(t, l)
+	ctx := context.Background()
+	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "libvirt-"}}
+	if err := env.Client.Create(ctx, nsObj); err != nil {
+		t.Fatal(err)
+	}
+	ns := nsObj.Name
+	startOperator(t, cfg, ns)
+
+	const greeting = "hello from the lab's namespace"
+	ln, err := net.Listen("tcp", net.JoinHostPort(l.NetworkHost.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, greeting)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	target := "http://" + ln.Addr().String() + "/"
+
+	entries := []string{kvm2Entry, kvmEntry}
+	created := time.Now()
+	for _, e := range entries {
+		p := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "egress-" + e},
+			Spec: crawlv1alpha1.ProxySpec{Provider: e, MachineType: machineType, Image: image}}
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both guests boot at once (TCG, one vCPU each).
+	var wg sync.WaitGroup
+	ready := make([]time.Duration, len(entries))
+	proxies := make([]*crawlv1alpha1.Proxy, len(entries))
+	for i, e := range entries {
+		wg.Go(func() {
+			key := client.ObjectKey{Namespace: ns, Name: "egress-" + e}
+			deadline := time.Now().Add(10 * time.Minute)
+			for time.Now().Before(deadline) {
+				var p crawlv1alpha1.Proxy
+				if err := env.Client.Get(ctx, key, &p); err == nil && p.Status.Phase == crawlv1alpha1.ProxyPhaseReady {
+					ready[i], proxies[i] = time.Since(created), &p
+					return
+				}
+				waitABit(ctx, 2*time.Second)
+			}
+		})
+	}
+	wg.Wait()
+	for i, e := range entries {
+		if proxies[i] == nil {
+			var p crawlv1alpha1.Proxy
+			_ = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-" + e}, &p)
+			t.Fatalf("Proxy on %s never went Ready: phase %s, conditions %+v\nserial log:\n%s", e, p.Status.Phase, p.Status.Conditions, l.SerialLog("egress-"+e))
+		}
+	}
+	for i, e := range entries {
+		p := proxies[i]
+		t.Logf("%s: Ready at %s after %s (instance %s)", e, p.Status.Address, ready[i].Round(time.Second), p.Status.InstanceID)
+		if !strings.HasPrefix(p.Status.Address, "198.51.100.") {
+			t.Errorf("%s: address %q is not on the lab network", e, p.Status.Address)
+		}
+		var secret corev1.Secret
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &secret); err != nil {
+			t.Fatal(err)
+		}
+		withCreds, err := url.Parse(string(secret.Data["url"]))
+		if err != nil || withCreds.User == nil {
+			t.Fatalf("%s: the Secret's url %v is not a URL with credentials", e, err)
+		}
+		// Ready means the instance runs with an address; tinyproxy starts at
+		// the end of cloud-init, a little later under TCG.
+		var code int
+		var body string
+		for deadline := time.Now().Add(5 * time.Minute); time.Now().Before(deadline); waitABit(ctx, 2*time.Second) {
+			if code, body = get(ctx, withCreds, target); code == http.StatusOK {
+				break
+			}
+		}
+		t.Logf("%s: serving %s after the first create", e, time.Since(created).Round(time.Second))
+		if code != http.StatusOK || body != greeting {
+			t.Errorf("%s: through the proxy with the Secret's credentials: %d %q, want 200 %q", e, code, body, greeting)
+		}
+		bare := *withCreds
+		bare.User = nil
+		if code, _ := get(ctx, &bare, target); code != http.StatusProxyAuthRequired {
+			t.Errorf("%s: through the proxy without credentials: %d, want 407", e, code)
+		}
+		var ph crawlv1alpha1.ProviderHealth
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: e}, &ph); err != nil {
+			t.Errorf("%s: ProviderHealth: %v", e, err)
+		} else if len(ph.Status.Targets) != 1 || !ph.Status.Targets[0].Healthy || ph.Status.Targets[0].Reason != libvirt.ReasonOK {
+			t.Errorf("%s: ProviderHealth targets = %+v, want lab1 healthy OK", e, ph.Status.Targets)
+		}
+	}
+
+	if t.Failed() {
+		for _, p := range proxies {
+			t.Logf("serial log of %s:\n%s", domainOf(t, p), l.SerialLog(domainOf(t, p)))
+		}
+	}
+	macs := map[string]string{}
+	for _, e := range entries {
+		name := domainOf(t, proxies[entryIndex(entries, e)])
+		out, err := l.Virsh("domiflist", "--domain", name)
+		if err == nil {
+			for line := range strings.SplitSeq(out, "\n") {
+				if f := strings.Fields(line); len(f) >= 5 {
+					macs[e] = f[4]
+				}
+			}
+		}
+		if err := env.Client.Delete(ctx, &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "egress-" + e}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted := time.Now()
+	testenv.Eventually(t, 8*time.Minute, func() (bool, string) {
+		for _, e := range entries {
+			err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-" + e}, &crawlv1alpha1.Proxy{})
+			if !apierrors.IsNotFound(err) {
+				return false, "Proxy " + e + " is not gone yet"
+			}
+		}
+		return true, ""
+	})
+	t.Logf("both Proxies deleted in %s", time.Since(deleted).Round(time.Second))
+	doms, _ := l.Virsh("list", "--all", "--name")
+	_, _ = l.Virsh("pool-refresh", "--pool", l.Pool)
+	vols, _ := l.Virsh("vol-list", "--pool", l.Pool)
+	leases, _ := l.Virsh("net-dhcp-leases", "--network", l.Network)
+	for i, e := range entries {
+		name := domainOf(t, proxies[i])
+		if strings.Contains(doms, name) {
+			t.Errorf("%s: domain %s left behind", e, name)
+		}
+		if strings.Contains(vols, name+"-") {
+			t.Errorf("%s: a volume of %s left behind:\n%s", e, name, vols)
+		}
+		// A known limit (docs/libvirt.md): libvirt has no call to drop a
+		// lease, and this guest image does not release its lease when it
+		// powers off, so the lease stays until it expires. It is reported,
+		// not hidden.
+		if mac := macs[e]; mac != "" && strings.Contains(leases, mac) {
+			t.Logf("%s: the DHCP lease of MAC %s stays until it expires (known limit)", e, mac)
+		}
+	}
+}
+
+func entryIndex(entries []string, e string) int {
+	for i, x := range entries {
+		if x == e {
+			return i
+		}
+	}
+	return -1
+}
+
+// domainOf is the domain name of a Proxy's instance ID (host/domain).
+func domainOf(t *testing.T, p *crawlv1alpha1.Proxy) string {
+	t.Helper()
+	_, name, ok := strings.Cut(p.Status.InstanceID, "/")
+	if !ok {
+		t.Fatalf("instance id %q is not host/domain", p.Status.InstanceID)
+	}
+	return name
+}
+
+// get sends a GET through a proxy URL and returns the status and body, or
+// 0 on a transport error.
+func get(ctx context.Context, proxyURL *url.URL, target string) (int, string) {
+	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL)}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitABit waits d or until ctx ends.
+func waitABit(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,293 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// Options build a Provider.
+type Options struct {
+	// Entry is the configured entry; its Block is a *Block and its Type is
+	// TypeKVM2 or TypeKVM.
+	Entry *config.Entry
+	// Log receives the warning about disabled host key verification; the
+	// zero value discards it.
+	Log logr.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Provider runs proxies as libvirt domains on a set of hosts reached over
+// SSH. It serves both kvm2 (libvirt RPC) and kvm (virsh); only its driver
+// differs.
+type Provider struct {
+	entry *config.Entry
+	block *Block
+	drv   driver
+	now   func() time.Time
+	names keyedlock.Locker
+
+	cmu    sync.Mutex
+	caches map[string]*hostCache // by host name
+
+	mu      sync.Mutex
+	facts   map[string]factsEntry // by host/name: the definition read for a UUID
+	addrs   map[string]addrEntry  // by host/name: the address of a running domain
+	leases  map[string]leaseEntry // by host: the network's leases
+	started map[string]bool       // by name: started by this process
+	pools   map[string]poolFacts  // by host: the pool's definition
+
+	shutdowns  map[string]time.Time   // by shutdown/host/name: when Delete asked the guest to power off
+	leaseLocks map[string]*sync.Mutex // by host: one leases read at a time
+}
+
+type factsEntry struct {
+	uuid string
+	f    domainFacts
+}
+
+type addrEntry struct {
+	uuid string
+	id   int
+	addr netip.Addr
+}
+
+type leaseEntry struct {
+	at     time.Time
+	leases []lease
+}
+
+// hostCache is the shared listing of one host.
+type hostCache struct {
+	mu     sync.Mutex
+	list   []domainInfo
+	at     time.Time
+	flight *flight
+	gen    int
+}
+
+// flight is one listing shared by its callers.
+type flight struct {
+	done    chan struct{}
+	started time.Time
+	gen     int
+	list    []domainInfo
+	err     error
+}
+
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Checker  = (*Provider)(nil)
+)
+
+// New builds the provider of an entry. It contacts nothing.
+func New(o Options) (*Provider, error) {
+	if o.Entry == nil {
+		return nil, errors.New("libvirt provider: no entry")
+	}
+	b, ok := o.Entry.Block.(*Block)
+	if !ok || b == nil {
+		return nil, fmt.Errorf("libvirt provider %q: block is %T, want *libvirt.Block", o.Entry.Name, o.Entry.Block)
+	}
+	var drv driver
+	switch o.Entry.Type {
+	case TypeKVM2:
+		drv = newRPCDriver(b)
+	case TypeKVM:
+		drv = newShellDriver(b)
+	default:
+		return nil, fmt.Errorf("libvirt provider %q: type %q is neither %s nor %s", o.Entry.Name, o.Entry.Type, TypeKVM2, TypeKVM)
+	}
+	if b.InsecureIgnoreHostKey {
+		o.Log.Info("WARNING: SSH host key verification is disabled (insecureIgnoreHostKey): anyone on the path to the hosts can impersonate them and receive the proxies' credentials; give knownHostsFile instead",
+			"provider", o.Entry.Name)
+	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Provider{
+		entry: o.Entry, block: b, drv: drv, now: now,
+		caches: map[string]*hostCache{},
+		facts:  map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
+		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},
+	}, nil
+}
+
+// Close ends the SSH connections (and with them their keepalives).
+func (p *Provider) Close() { p.drv.close() }
+
+// Calls returns the number of libvirt round trips made so far, for the
+// benchmark.
+func (p *Provider) Calls() uint64 { return p.drv.calls() }
+
+// ID returns the instance ID of a domain: "host/name".
+func ID(host, name string) provider.ID { return provider.ID(host + "/" + name) }
+
+func (p *Provider) parseID(id provider.ID) (Host, string, error) {
+	host, name, ok := strings.Cut(string(id), "/")
+	if !ok || host == "" || name == "" || strings.Contains(name, "/") {
+		return Host{}, "", provider.NewPermanent(fmt.Errorf("instance id %q is not host/domain", id), "the instance id was not made by the libvirt provider")
+	}
+	h, ok := p.block.Host(host)
+	if !ok {
+		return Host{}, "", provider.NewPermanent(fmt.Errorf("instance id %q names host %s, which is not in the entry", id, host),
+			"put the host back into the entry, or delete the domain by hand and clear the Proxy's instance id")
+	}
+	return h, name, nil
+}
+
+func (p *Provider) cache(host string) *hostCache {
+	p.cmu.Lock()
+	defer p.cmu.Unlock()
+	c, ok := p.caches[host]
+	if !ok {
+		c = &hostCache{}
+		p.caches[host] = c
+	}
+	return c
+}
+
+// listing returns the host's domains as listed at or after notBefore. One
+// listing is shared by every caller that wants it, so that Get costs at
+// most one round trip per host per poll interval for all instances.
+func (p *Provider) listing(ctx context.Context, h Host, notBefore time.Time) ([]domainInfo, error) {
+	c := p.cache(h.Name)
+	c.mu.Lock()
+	if c.list != nil && !c.at.Before(notBefore) {
+		l := c.list
+		c.mu.Unlock()
+		return l, nil
+	}
+	f := c.flight
+	if f == nil || f.started.Before(notBefore) {
+		f = &flight{done: make(chan struct{}), started: p.now(), gen: c.gen}
+		c.flight = f
+		// The listing outlives a caller whose context ends: others wait for
+		// it. It is bounded by the dial timeout and the connection's
+		// keepalive.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.block.DialTimeout()+p.block.KeepaliveInterval()*2)
+		go func() {
+			defer cancel()
+			l, err := p.drv.listDomains(fctx, h)
+			if l == nil && err == nil {
+				l = []domainInfo{}
+			}
+			c.mu.Lock()
+			if err == nil && f.gen == c.gen && (c.list == nil || !f.started.Before(c.at)) {
+				c.list, c.at = l, f.started
+			}
+			if c.flight == f {
+				c.flight = nil
+			}
+			f.list, f.err = l, err
+			c.mu.Unlock()
+			close(f.done)
+		}()
+	}
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.list, f.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("listing domains of host %s: %w", h.Name, ctx.Err())
+	}
+}
+
+// invalidate drops a host's cached listing after a change this process made.
+func (p *Provider) invalidate(host string) {
+	c := p.cache(host)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list, c.at = nil, time.Time{}
+	c.gen++
+}
+
+func (p *Provider) cachedListing(ctx context.Context, h Host) ([]domainInfo, error) {
+	return p.listing(ctx, h, p.now().Add(-p.block.PollInterval()))
+}
+
+func find(list []domainInfo, name string) (domainInfo, bool) {
+	for _, d := range list {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return domainInfo{}, false
+}
+
+// factsOf returns what a listed domain's definition says, read once per
+// domain UUID (the mark and the MAC do not change).
+func (p *Provider) factsOf(ctx context.Context, h Host, d domainInfo) (domainFacts, error) {
+	key := h.Name + "/" + d.Name
+	p.mu.Lock()
+	e, ok := p.facts[key]
+	p.mu.Unlock()
+	if ok && e.uuid == d.UUID && d.UUID != "" {
+		return e.f, nil
+	}
+	doc, err := p.drv.domainXML(ctx, h, d.Name)
+	if err != nil {
+		return domainFacts{}, err
+	}
+	f, err := parseDomain(doc, p.block.Pool)
+	if err != nil {
+		return domainFacts{}, err
+	}
+	if d.UUID != "" {
+		p.mu.Lock()
+		p.facts[key] = factsEntry{uuid: d.UUID, f: f}
+		p.mu.Unlock()
+	}
+	return f, nil
+}
+
+func (p *Provider) forget(host, name string) {
+	key := host + "/" + name
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.facts, key)
+	delete(p.addrs, key)
+	delete(p.started, name)
+}
+
+func (p *Provider) poll() time.Duration { return p.block.PollInterval() }
+
+// hash64 hashes the parts of an identity.
+func hash64(parts ...string) uint64 {
+	h := fnv.New64a()
+	for _, s := range parts {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// instance builds the provider.Instance of a marked domain.
+func instance(h Host, d domainInfo, f domainFacts) provider.Instance {
+	return provider.Instance{ID: ID(h.Name, d.Name), Name: f.Mark.Name, OwnerUID: f.Mark.OwnerUID, Node: h.Name, CreatedAt: f.Mark.CreatedAt}
+}
+
+// eachHost runs fn on every given host concurrently and returns the
+// results in host order.
+func eachHost[T any](hosts []Host, fn func(h Host) T) []T {
+	out := make([]T, len(hosts))
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		wg.Go(func() { out[i] = fn(h) })
+	}
+	wg.Wait()
+	return out
+}
