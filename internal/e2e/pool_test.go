@@ -40,7 +40,9 @@ func ipEcho(t *testing.T) *httptest.Server {
 }
 
 // TestPoolOnProxmox: a pool of five on the simulated cluster goes Serving
-// through the real probe, which records each guest's own egress address; a
+// through the real probe (407 for a wrong password, 403 for the metadata
+// address the guests' egress policy denies, the egress address from the
+// check URL), which records each guest's own egress address; a
 // request through every URL of proxies.txt succeeds; a guest whose proxy
 // stops answering (its VM still running) is replaced.
 func TestPoolOnProxmox(t *testing.T) {
@@ -50,7 +52,7 @@ func TestPoolOnProxmox(t *testing.T) {
 	t.Cleanup(cancel)
 	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 2, Speed: 200, Guests: true,
 		Zones: map[string][]string{"rack-a": {"pve1"}, "rack-b": {"pve2"}}, PollInterval: 20 * time.Millisecond,
-		Dir: t.TempDir(), ProbeCheckURL: echo.URL + "/ip"})
+		Dir: t.TempDir(), ProbeCheckURL: echo.URL + "/ip", ProbeDeniedURL: probe.DefaultDeniedURL})
 	if err != nil {
 		t.Fatal(err)
 	}
