@@ -165,7 +165,7 @@ func TestErrorsHoldNoSecret(t *testing.T) {
 }
 
 // TestForeignVMsAreNeverTouched puts a foreign VM in the proxy's first VMID
-// slot (Part 2 step 6: skipped) and another with the proxy's name but no
+// slot (create step 6 (docs/proxmox-behaviour.md): skipped) and another with the proxy's name but no
 // mark (Permanent), and checks neither is changed. The contract suite
 // (TestContract) covers Get, Delete and ListByTag of foreign VMs.
 func TestForeignVMsAreNeverTouched(t *testing.T) {
@@ -212,7 +212,7 @@ func TestForeignVMsAreNeverTouched(t *testing.T) {
 	}
 }
 
-// TestDuplicateRace produces the Part 4 race: provider A clones to the
+// TestDuplicateRace produces the race of the known limits (docs/proxmox-behaviour.md): provider A clones to the
 // second slot while a foreign VM holds the first; the foreign VM goes; a
 // restarted provider B, seeing A's clone nameless (F8), clones to the first
 // slot. Both converge on one VM and the same ID.
