@@ -368,8 +368,8 @@ func total(c map[string]int64) int64 {
 // ListByTag share one cluster-wide listing per poll interval, Get reads the
 // VM's qmpstatus (F14: a pause shows only there) from its node's listing,
 // also shared, and a Running VM's address is cached until its uptime goes
-// down: no call of a Get's own, only shares of the two listings (Part 4:
-// four calls per Get).
+// down: no call of a Get's own, only shares of the two listings (known
+// limits in docs/proxmox-behaviour.md: four calls per Get).
 func TestAPIEconomy(t *testing.T) {
 	const proxies = 4
 	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(50 * time.Millisecond) })
