@@ -423,11 +423,13 @@ func TestRunProxyEgress(t *testing.T) {
 				}
 			})
 			var addr net.Addr
+			listening := time.NewTimer(proxyWait)
+			defer listening.Stop()
 			select {
 			case addr = <-ready:
 			case err := <-done:
 				t.Fatalf("runProxy returned %v before listening", err)
-			case <-time.After(proxyWait):
+			case <-listening.C:
 				t.Fatal("runProxy did not listen")
 			}
 			req := "GET " + origin.URL + "/ HTTP/1.1\r\nHost: " + originHost + "\r\n"
