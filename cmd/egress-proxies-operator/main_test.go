@@ -6,7 +6,18 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
+
+// quotedTypes are the registered provider types as the error lists them.
+func quotedTypes() []string {
+	var out []string
+	for _, t := range setup.Types.Registry().Types() {
+		out = append(out, `"`+t+`"`)
+	}
+	return out
+}
 
 // The operator must refuse to start on a bad providers configuration, with
 // a message that names the entry and the field, before it touches anything.
@@ -21,7 +32,7 @@ func TestRunRefusesAnInvalidConfig(t *testing.T) {
 			name:   "unknown type",
 			reason: "a type this binary does not know cannot be served",
 			yaml:   "providers:\n- name: lab\n  type: nosuchtype\n  zones: [a]\n  machineTypes: {s: {cores: 1, memoryMiB: 512}}\n  images: [debian-12]\n",
-			want:   []string{`providers[lab].type: Unsupported value: "nosuchtype": supported values: "kubernetes"`},
+			want:   append([]string{`providers[lab].type: Unsupported value: "nosuchtype": supported values: `}, quotedTypes()...),
 		},
 		{
 			name:   "unknown field",

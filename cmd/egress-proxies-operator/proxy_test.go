@@ -18,6 +18,8 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // proxyPassword is the sentinel of these tests: it must never show in logs
@@ -97,11 +99,13 @@ func TestRunProxyServes(t *testing.T) {
 		done <- serveProxy(ctx, args, env, log, func(proxy, admin net.Addr) { ready <- addrs{proxy, admin} })
 	}()
 	var a addrs
+	listening := time.NewTimer(proxyWait)
+	defer listening.Stop()
 	select {
 	case a = <-ready:
 	case err := <-done:
 		t.Fatalf("runProxy returned %v before listening", err)
-	case <-time.After(proxyWait):
+	case <-listening.C:
 		t.Fatal("runProxy did not listen")
 	}
 
@@ -178,13 +182,8 @@ func TestRunProxyServes(t *testing.T) {
 		t.Errorf("request through a tunnel during the drain = %q, %v", got, err)
 	}
 	_ = tunnel.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("runProxy = %v after shutdown, want nil", err)
-		}
-	case <-time.After(proxyWait):
-		t.Fatal("runProxy did not return after its context was cancelled and the tunnel closed")
+	if err := poll.Receive(t, proxyWait, "runProxy returning after its context was cancelled and the tunnel closed", done); err != nil {
+		t.Errorf("runProxy = %v after shutdown, want nil", err)
 	}
 	out := logs.String()
 	for _, want := range []string{`"msg"="forward proxy listening"`, `"auth"="basic"`, `"msg"="request"`, `"msg"="forward proxy stopped"`} {
@@ -226,20 +225,10 @@ func proxyConnect(t *testing.T, proxyAddr, target, user, pass string) net.Conn {
 	return c
 }
 
-// proxyEventually polls cond every 10 ms until it holds or proxyWait passes.
+// proxyEventually polls cond until it holds or proxyWait passes.
 func proxyEventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(proxyWait)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	poll.Until(t, proxyWait, func() (bool, string) { return cond(), what })
 }
 
 func proxyAdminGet(t *testing.T, c *http.Client, u string) (int, string) {
@@ -434,11 +423,13 @@ func TestRunProxyEgress(t *testing.T) {
 				}
 			})
 			var addr net.Addr
+			listening := time.NewTimer(proxyWait)
+			defer listening.Stop()
 			select {
 			case addr = <-ready:
 			case err := <-done:
 				t.Fatalf("runProxy returned %v before listening", err)
-			case <-time.After(proxyWait):
+			case <-listening.C:
 				t.Fatal("runProxy did not listen")
 			}
 			req := "GET " + origin.URL + "/ HTTP/1.1\r\nHost: " + originHost + "\r\n"

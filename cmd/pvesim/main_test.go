@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for the run goroutine and the test.
@@ -53,19 +54,14 @@ func TestRunWritesFilesAndStops(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--config", "example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--ca-out", ca, "--token-out", tok}, out)
 	}()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(10 * time.Second)
-	defer deadline.Stop()
-	for !strings.Contains(out.String(), "admin at") {
+	poll.Until(t, 10*time.Second, func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("run ended early: %v\n%s", err, out.String())
-		case <-deadline.C:
-			t.Fatalf("run did not start:\n%s", out.String())
-		case <-tick.C:
+		default:
 		}
-	}
+		return strings.Contains(out.String(), "admin at"), "run did not start:\n" + out.String()
+	})
 	if b, err := os.ReadFile(ca); err != nil || !bytes.Contains(b, []byte("BEGIN CERTIFICATE")) {
 		t.Errorf("CA file: %v %q", err, b)
 	}

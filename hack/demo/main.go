@@ -41,6 +41,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
 
@@ -152,8 +153,8 @@ func run(ctx context.Context, o options) error {
 	if err := k8s.Delete(ctx, &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "egress-3"}}); err != nil {
 		return err
 	}
-	if err := poll(ctx, 2*time.Minute, func() bool {
-		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-3"}, &crawlv1alpha1.Proxy{}))
+	if err := poll.Wait(ctx, 2*time.Minute, func() (bool, string) {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-3"}, &crawlv1alpha1.Proxy{})), "egress-3 still exists"
 	}); err != nil {
 		return err
 	}
@@ -210,8 +211,8 @@ func requestThrough(ctx context.Context, out io.Writer, k8s client.Client, ns, n
 		return err
 	}
 	var s corev1.Secret
-	if err := poll(ctx, time.Minute, func() bool {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &s) == nil && len(s.Data["url"]) > 0
+	if err := poll.Wait(ctx, time.Minute, func() (bool, string) {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &s) == nil && len(s.Data["url"]) > 0, "no url yet"
 	}); err != nil {
 		return fmt.Errorf("waiting for the proxy URL in secret %s: %w", p.Status.CredentialsSecretName, err)
 	}
@@ -248,10 +249,10 @@ func requestThrough(ctx context.Context, out io.Writer, k8s client.Client, ns, n
 // progress line, until the n Proxies of the namespace are Ready.
 func watchUntilReady(ctx context.Context, out io.Writer, k8s client.Client, ns string, n int) error {
 	seen := map[string]string{}
-	return poll(ctx, 10*time.Minute, func() bool {
+	return poll.Wait(ctx, 10*time.Minute, func() (bool, string) {
 		var list crawlv1alpha1.ProxyList
 		if err := k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
-			return false
+			return false, err.Error()
 		}
 		sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
 		ready, changed := 0, false
@@ -274,24 +275,12 @@ func watchUntilReady(ctx context.Context, out io.Writer, k8s client.Client, ns s
 		if changed {
 			_, _ = fmt.Fprintf(out, "    -- %d of %d Ready\n", ready, len(list.Items))
 		}
-		return len(list.Items) == n && ready == n
+		return len(list.Items) == n && ready == n, fmt.Sprintf("%d of %d Ready", ready, n)
 	})
 }
 
-// poll checks cond every 100ms until it holds, ctx ends or timeout passes.
-func poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("timed out after %s", timeout)
-		case <-tick.C:
-		}
-	}
-	return nil
+// waitUntil polls cond with the tests' polling helper until it holds,
+// timeout passes or ctx ends.
+func waitUntil(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	return poll.Wait(ctx, timeout, func() (bool, string) { return cond(), "not yet" })
 }

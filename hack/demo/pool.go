@@ -108,7 +108,7 @@ func poolDemo(ctx context.Context, out io.Writer, k8s client.Client, ns string, 
 func watchPool(ctx context.Context, out io.Writer, k8s client.Client, ns, name string, want int, done func([]string) bool) ([]string, error) {
 	last, reached, lowest := "", false, want
 	var names []string
-	err := poll(ctx, 10*time.Minute, func() bool {
+	err := waitUntil(ctx, 10*time.Minute, func() bool {
 		var list crawlv1alpha1.ProxyList
 		var pool crawlv1alpha1.ProxyPool
 		if k8s.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{crawlv1alpha1.LabelPool: name}) != nil ||

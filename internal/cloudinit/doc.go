@@ -6,4 +6,8 @@
 //
 // The output holds the proxy password: callers keep it in a
 // provider.Sensitive and never log it.
+//
+// The package ships in the operator and only renders. Parsing user-data back
+// (as a simulated guest does) belongs to the test world:
+// internal/testing/cloudinitparse.
 package cloudinit

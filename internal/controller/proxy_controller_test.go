@@ -22,6 +22,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 func TestProxyGoesReadyAndKeepsSecretsOutOfEveryOutput(t *testing.T) {
@@ -319,11 +320,7 @@ func TestRestartInTheMiddleOfCreateConvergesOnOneInstance(t *testing.T) {
 	if err := k8s.Create(context.Background(), newProxy(ns, "web")); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-created:
-	case <-time.After(20 * time.Second):
-		t.Fatal("create never reached the provider")
-	}
+	poll.Receive(t, 20*time.Second, "create reaching the provider", created)
 	first.stop()
 	if id := getProxy(t, ns, "web").Status.InstanceID; id != "" {
 		t.Fatalf("the first operator recorded %q; the test needs a crash before the record", id)

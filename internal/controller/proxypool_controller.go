@@ -167,6 +167,7 @@ func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// defaults fills in the zero options, once, when the reconciler is set up.
 func (r *ProxyPoolReconciler) defaults() {
 	if r.Now == nil {
 		r.Now = time.Now
@@ -180,7 +181,6 @@ func (r *ProxyPoolReconciler) defaults() {
 // rotation, publishes the list, creates and deletes members as planned, and
 // patches the status once.
 func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	r.defaults()
 	var pool crawlv1alpha1.ProxyPool
 	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {

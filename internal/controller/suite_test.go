@@ -32,6 +32,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
@@ -241,15 +242,15 @@ func newProxy(ns, name string) *crawlv1alpha1.Proxy {
 	}
 }
 
-// eventually and consistently poll instead of sleeping.
+// eventually and consistently poll instead of sleeping (internal/testing/poll).
 func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	testenv.Eventually(t, timeout, cond)
+	poll.Until(t, timeout, cond)
 }
 
 func consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	testenv.Consistently(t, d, cond)
+	poll.Always(t, d, cond)
 }
 
 // getProxy reads a Proxy from the API server.

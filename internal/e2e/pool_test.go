@@ -23,8 +23,8 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
-	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
 // ipEcho is a loopback IP-echo service: it answers with the caller's
@@ -90,7 +90,7 @@ func TestPoolOnProxmox(t *testing.T) {
 		}
 	}
 	// The pool's status follows the published list in the same reconcile.
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+	poll.Until(t, 10*time.Second, func() (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pool), pool); err != nil {
 			return false, err.Error()
 		}
@@ -129,7 +129,7 @@ func TestPoolOnProxmox(t *testing.T) {
 	waitServing(t, ns, "crawl", 5, func(ms []crawlv1alpha1.Proxy) bool {
 		return !slices.ContainsFunc(ms, func(p crawlv1alpha1.Proxy) bool { return p.Name == victim.Name })
 	})
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+	poll.Until(t, 30*time.Second, func() (bool, string) {
 		for _, vm := range lab.Clones() {
 			if vm.VMID == vmid {
 				return false, fmt.Sprintf("the VM %d of the replaced member is still there", vmid)
@@ -144,7 +144,7 @@ func TestPoolOnProxmox(t *testing.T) {
 func waitServing(t *testing.T, ns, name string, want int, extra func([]crawlv1alpha1.Proxy) bool) []crawlv1alpha1.Proxy {
 	t.Helper()
 	var members []crawlv1alpha1.Proxy
-	testenv.Eventually(t, 120*time.Second, func() (bool, string) {
+	poll.Until(t, 120*time.Second, func() (bool, string) {
 		var list crawlv1alpha1.ProxyList
 		if err := env.Client.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{crawlv1alpha1.LabelPool: name}); err != nil {
 			return false, err.Error()

@@ -22,6 +22,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
@@ -71,6 +72,29 @@ func (w *world) startOperator(t *testing.T, ns string) (stop func()) {
 	stop = func() { once.Do(func() { _ = stopErr() }) }
 	t.Cleanup(stop)
 	return stop
+}
+
+// calls counts the API requests the simulator has answered.
+func (w *world) calls() int64 {
+	var n int64
+	for _, count := range w.Sim.Counters() {
+		n += count
+	}
+	return n
+}
+
+// runUntilCalls runs the operator until n more API requests reached the
+// simulator (or done holds), then kills it: an interruption at an observable
+// point of the operator's work rather than after a guessed time.
+func (w *world) runUntilCalls(t *testing.T, ns string, n int, done func() bool) {
+	t.Helper()
+	stop := w.startOperator(t, ns)
+	defer stop()
+	before := w.calls()
+	poll.Until(t, 60*time.Second, func() (bool, string) {
+		got := w.calls() - before
+		return got >= int64(n) || done(), fmt.Sprintf("%d of %d API calls", got, n)
+	})
 }
 
 func newNamespace(t *testing.T) string {
@@ -132,7 +156,7 @@ func TestProxyOnProxmoxServesRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p *crawlv1alpha1.Proxy
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+	poll.Until(t, 60*time.Second, func() (bool, string) {
 		p = getProxy(t, key)
 		return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, fmt.Sprintf("phase %s %v", p.Status.Phase, p.Status.Conditions)
 	})
@@ -140,7 +164,7 @@ func TestProxyOnProxmoxServesRequests(t *testing.T) {
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &secret); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+	poll.Until(t, 10*time.Second, func() (bool, string) {
 		_ = env.Client.Get(ctx, client.ObjectKeyFromObject(&secret), &secret)
 		return len(secret.Data["url"]) > 0, "the secret has no url yet"
 	})
@@ -162,7 +186,7 @@ func TestProxyOnProxmoxServesRequests(t *testing.T) {
 	if err := env.Client.Delete(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+	poll.Until(t, 60*time.Second, func() (bool, string) {
 		err := env.Client.Get(ctx, key, &crawlv1alpha1.Proxy{})
 		return apierrors.IsNotFound(err), "proxy still exists"
 	})
@@ -189,13 +213,13 @@ func TestUnreachableNodeShowsInHealthAndKeepsItsProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ready *crawlv1alpha1.Proxy
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+	poll.Until(t, 60*time.Second, func() (bool, string) {
 		ready = getProxy(t, key)
 		return ready.Status.Phase == crawlv1alpha1.ProxyPhaseReady, "phase " + string(ready.Status.Phase)
 	})
 	node := ready.Status.Node
 	w.Sim.SetNodeUnreachable(node, true, 595, "")
-	testenv.Eventually(t, 5*time.Second, func() (bool, string) {
+	poll.Until(t, 5*time.Second, func() (bool, string) {
 		var ph crawlv1alpha1.ProviderHealth
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: pvelab.EntryName}, &ph); err != nil {
 			return false, err.Error()
@@ -207,14 +231,14 @@ func TestUnreachableNodeShowsInHealthAndKeepsItsProxy(t *testing.T) {
 		}
 		return false, fmt.Sprintf("no target %s in %+v", node, ph.Status.Targets)
 	})
-	testenv.Consistently(t, 2*time.Second, func() (bool, string) {
+	poll.Always(t, 2*time.Second, func() (bool, string) {
 		p := getProxy(t, key)
 		n := len(w.Clones())
 		return p.Status.InstanceID == ready.Status.InstanceID && p.DeletionTimestamp == nil && n == 1,
 			fmt.Sprintf("instance %s (was %s), %d VMs, phase %s", p.Status.InstanceID, ready.Status.InstanceID, n, p.Status.Phase)
 	})
 	w.Sim.SetNodeUnreachable(node, false, 0, "")
-	testenv.Eventually(t, 10*time.Second, func() (bool, string) {
+	poll.Until(t, 10*time.Second, func() (bool, string) {
 		p := getProxy(t, key)
 		return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.Status.InstanceID == ready.Status.InstanceID, "phase " + string(p.Status.Phase)
 	})
@@ -233,24 +257,23 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 	if err := env.Client.Create(ctx, proxy); err != nil {
 		t.Fatal(err)
 	}
-	// Each round lets the operator run a short while, then kills it; the
-	// create advances one or a few steps per round.
+	// Each round lets the operator run until one to three more API calls
+	// reached the simulator, then kills it: the create is interrupted between
+	// any two of its calls.
+	ready := func() bool { return getProxy(t, key).Status.Phase == crawlv1alpha1.ProxyPhaseReady }
 	restarts := 0
 	for round := 0; ; round++ {
-		stop := w.startOperator(t, ns)
-		tick := time.NewTimer(time.Duration(20+round*15) * time.Millisecond)
-		<-tick.C
-		stop()
+		w.runUntilCalls(t, ns, 1+round%3, ready)
 		restarts++
 		if n := len(w.Clones()); n > 1 {
 			t.Fatalf("round %d: %d VMs for one Proxy", round, n)
 		}
-		if getProxy(t, key).Status.Phase == crawlv1alpha1.ProxyPhaseReady || round > 60 {
+		if ready() || round > 60 {
 			break
 		}
 	}
 	w.startOperator(t, ns)
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) {
+	poll.Until(t, 60*time.Second, func() (bool, string) {
 		p := getProxy(t, key)
 		return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, "phase " + string(p.Status.Phase)
 	})
@@ -271,14 +294,11 @@ func TestOperatorRestartsDuringCreateAndDelete(t *testing.T) {
 	gone := func() bool { return apierrors.IsNotFound(env.Client.Get(ctx, key, &crawlv1alpha1.Proxy{})) }
 	restarts = 0
 	for round := 0; !gone() && round <= 60; round++ {
-		stop := w.startOperator(t, ns)
-		tick := time.NewTimer(time.Duration(20+round*15) * time.Millisecond)
-		<-tick.C
-		stop()
+		w.runUntilCalls(t, ns, 1+round%3, gone)
 		restarts++
 	}
 	w.startOperator(t, ns)
-	testenv.Eventually(t, 60*time.Second, func() (bool, string) { return gone(), "proxy still exists" })
+	poll.Until(t, 60*time.Second, func() (bool, string) { return gone(), "proxy still exists" })
 	if vms := w.Clones(); len(vms) != 0 {
 		t.Errorf("after %d restarts during delete, VMs left: %+v", restarts, vms)
 	}
@@ -330,7 +350,7 @@ func TestEchoedTokenNeverReachesStatusOrEvents(t *testing.T) {
 		return b.String()
 	}
 	var text string
-	testenv.Eventually(t, 30*time.Second, func() (bool, string) {
+	poll.Until(t, 30*time.Second, func() (bool, string) {
 		text = written()
 		// The echo in the Proxy's status, its events and the health.
 		return strings.Count(text, "refused: Authorization: PVEAPIToken=") >= 3, "the failures are not reported yet:\n" + text

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 const (
@@ -105,9 +106,11 @@ func startWith(t *testing.T, cfg forwardproxy.Config, opts forwardproxy.ServeOpt
 func (h *harness) stop() error {
 	h.stopOnce.Do(func() {
 		h.cancel()
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
 		select {
 		case h.stopErr = <-h.served:
-		case <-time.After(wait):
+		case <-timer.C:
 			h.stopErr = errors.New("serve did not return")
 		}
 	})
@@ -251,31 +254,14 @@ func echo(c net.Conn, br *bufio.Reader, msg string) (string, error) {
 	return string(buf), err
 }
 
-// eventually polls cond every 10 ms until it holds or wait passes.
+// eventually polls cond until it holds or wait passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	for !cond() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	poll.Until(t, wait, func() (bool, string) { return cond(), what })
 }
 
 // receive waits for a value on ch, for at most wait.
 func receive[T any](t *testing.T, what string, ch <-chan T) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(wait):
-		t.Fatalf("timed out waiting for %s", what)
-		var zero T
-		return zero
-	}
+	return poll.Receive(t, wait, what, ch)
 }

@@ -664,7 +664,11 @@ func TestTunnelIdleTimeout(t *testing.T) {
 	defer tick.Stop()
 	until := time.Now().Add(3 * cfg.IdleTimeout)
 	for time.Now().Before(until) {
-		<-tick.C
+		select {
+		case <-tick.C:
+		case <-t.Context().Done():
+			t.Fatal(t.Context().Err())
+		}
 		if got, err := echo(c, br, "x"); err != nil || got != "x" {
 			t.Fatalf("a busy tunnel closed: echo = %q, %v", got, err)
 		}

@@ -14,6 +14,7 @@
 // reads when it mounts the image. This is the layout that
 // `genisoimage -J -V cidata` produces, minus Rock Ridge.
 //
-// Read parses such an image back, for tests and simulators that need to see
-// what a VM would find on its seed drive.
+// The package ships in the operator (the proxmox provider uploads its seeds).
+// Reading a seed back is only for tests and simulators: that is
+// internal/testing/nocloudread.
 package nocloud

@@ -35,7 +35,7 @@ func newPrincipal(tc TokenConfig) *principal {
 
 // has reports whether the principal holds priv on path. As on Proxmox, the
 // ACL on the most specific path covering it replaces the inherited ones
-// (Part 3 of the reference).
+// (setup facts in docs/proxmox-behaviour.md).
 func (p *principal) has(path, priv string) bool {
 	path = "/" + strings.Trim(path, "/")
 	for {

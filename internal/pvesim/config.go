@@ -174,7 +174,7 @@ type Timings struct {
 	// Clone is the clone task duration (F26: 2 to 4 s).
 	Clone Duration `json:"clone,omitempty"`
 	// CloneLockLinger is how long the clone lock stays after the clone task
-	// ended (Part 2: "a clone may end but keep its lock briefly").
+	// ended (create step 7, docs/proxmox-behaviour.md).
 	CloneLockLinger Duration `json:"cloneLockLinger,omitempty"`
 	// Upload is the imgcopy task duration (F26: about 4 s).
 	Upload Duration `json:"upload,omitempty"`

@@ -1,7 +1,7 @@
 // Package pvesim is a Proxmox VE API simulator: an HTTP(S) server answering
 // the subset of /api2/json that the proxmox provider uses, with the
-// behaviour a real Proxmox VE 9.2 host showed (facts F1 to F26 of the
-// reference, cited in comments as "F8: ...").
+// behaviour a real Proxmox VE 9.2 host showed (facts F1 to F26, described
+// in docs/proxmox-behaviour.md and cited in comments as "F8: ...").
 //
 // A Sim holds a cluster built from a Config (nodes, storages, templates, API
 // tokens with ACLs). Clients clone templates, write configs, start, stop,
@@ -18,8 +18,9 @@
 // Faults (unreachable nodes, failing calls, latency, task exit statuses,
 // agents that never start, cut connections, leftover locks) and per-route
 // request counters are available from Go (Sim methods) and from the admin
-// HTTP handler (AdminHandler). Guests do not serve traffic yet: the Sim calls
-// a GuestRunner on start, stop and destroy, and the default does nothing.
+// HTTP handler (AdminHandler). The Sim calls a GuestRunner when a VM starts,
+// stops or is destroyed; the default does nothing, and package guests runs
+// the proxy each VM's seed configures, so that the VMs serve traffic.
 //
 // The simulator listens on loopback addresses only.
 package pvesim

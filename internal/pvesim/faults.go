@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Default texts of an unreachable node. Part 2 of the reference: 595 is "no
+// Default texts of an unreachable node. docs/proxmox-behaviour.md, error classes: 595 is "no
 // response from node", 596 a node connection error.
 const (
 	// StatusNoResponse is pveproxy's 595.

@@ -624,7 +624,7 @@ func (s *Sim) hClone(c *call) (any, *apiError) {
 		nv.conf = conf
 		nv.cloning = false
 		t.finish("")
-		// The clone lock lingers briefly after the task (Part 2, step 7).
+		// The clone lock lingers briefly after the task (create step 7, docs/proxmox-behaviour.md).
 		s.after(s.timing.CloneLockLinger, func() {
 			if s.vms[newid] == nv && nv.lock() == lockClone {
 				nv.setLock("")

@@ -23,7 +23,7 @@ const (
 	nobodySecret = "5f0c7a3e-2b1d-4e8f-9a6c-000000000003"
 )
 
-// rolePrivs is the F17/Part 3 role on "/": everything but Datastore.Allocate.
+// rolePrivs is the F17 role (setup facts in docs/proxmox-behaviour.md) on "/": everything but Datastore.Allocate.
 var rolePrivs = []string{
 	"VM.Allocate", "VM.Clone", "VM.Config.Disk", "VM.Config.CPU", "VM.Config.Memory",
 	"VM.Config.Network", "VM.Config.Options", "VM.Config.CDROM", "VM.PowerMgmt",

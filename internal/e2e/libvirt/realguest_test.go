@@ -28,6 +28,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
@@ -263,7 +264,7 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		}
 	}
 	deleted := time.Now()
-	testenv.Eventually(t, 8*time.Minute, func() (bool, string) {
+	poll.Until(t, 8*time.Minute, func() (bool, string) {
 		for _, e := range entries {
 			err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-" + e}, &crawlv1alpha1.Proxy{})
 			if !apierrors.IsNotFound(err) {

@@ -25,6 +25,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
@@ -547,5 +548,5 @@ func TestProxyLifecycleOnAKubernetesEntry(t *testing.T) {
 // eventually polls cond until it holds or 20s pass.
 func eventually(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
-	testenv.Eventually(t, 20*time.Second, cond)
+	poll.Until(t, 20*time.Second, cond)
 }

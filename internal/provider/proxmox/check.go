@@ -12,7 +12,7 @@ import (
 )
 
 // Check implements provider.Checker: one verdict per configured node, checked
-// concurrently (Part 2, health check).
+// concurrently (health check in docs/proxmox-behaviour.md).
 func (p *Provider) Check(ctx context.Context) []provider.Verdict {
 	nodes := p.block.Nodes()
 	out := make([]provider.Verdict, len(nodes))

@@ -45,7 +45,7 @@ type plan struct {
 
 func (p *Provider) planFor(req provider.Request) (plan, error) {
 	if req.Name == "" {
-		// Part 2 step 1: an empty name would match nameless mid-clone entries.
+		// Create step 1 (docs/proxmox-behaviour.md): an empty name would match nameless mid-clone entries.
 		return plan{}, provider.NewPermanent(errors.New("the request has no instance name"), "report this operator bug")
 	}
 	if req.OwnerUID == "" {
@@ -76,7 +76,7 @@ func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	if err != nil {
 		return "", err
 	}
-	// Part 2 step 3: serialise on the name.
+	// Create step 3 (docs/proxmox-behaviour.md): serialise on the name.
 	unlock, err := p.names.Lock(ctx, req.Name)
 	if err != nil {
 		return "", provider.NewTransient(err)
@@ -85,7 +85,7 @@ func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	if err := p.checkPending(ctx, req.Name); err != nil {
 		return "", err
 	}
-	// Part 2 step 4: a fresh listing (F8).
+	// Create step 4 (docs/proxmox-behaviour.md): a fresh listing (F8).
 	list, err := p.listing(ctx, p.now())
 	if err != nil {
 		return "", classify("listing vms", err)
@@ -172,7 +172,7 @@ func (p *Provider) dedupe(ctx context.Context, name string, mine []Resource) err
 }
 
 // allocate probes VMIDs from the instance's own and clones onto the first
-// free one (Part 2 steps 5 to 7).
+// free one (create steps 5 to 7 (docs/proxmox-behaviour.md)).
 func (p *Provider) allocate(ctx context.Context, list []Resource, pl plan) error {
 	byID := make(map[int]Resource, len(list))
 	for _, r := range list {
@@ -212,7 +212,7 @@ func (p *Provider) allocate(ctx context.Context, list []Resource, pl plan) error
 	return provider.NewTransient(fmt.Errorf("no free VMID in %d-%d", p.lo, p.hi))
 }
 
-// checkTemplate refuses an unsuitable template before cloning (Part 2 step 5).
+// checkTemplate refuses an unsuitable template before cloning (create step 5 (docs/proxmox-behaviour.md)).
 func (p *Provider) checkTemplate(ctx context.Context, list []Resource, pl plan) (string, error) {
 	action := fmt.Sprintf("fix template %d or the image's templateVMID (see docs/proxmox.md)", pl.template)
 	t, ok := find(list, pl.template)
@@ -274,7 +274,7 @@ func (p *Provider) clone(ctx context.Context, list []Resource, pl plan, vmid int
 	return provider.NewInProgress(step, p.poll())
 }
 
-// advance does the next step on our VM (Part 2 steps 7 to 11).
+// advance does the next step on our VM (create steps 7 to 11 (docs/proxmox-behaviour.md)).
 func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.ID, error) {
 	name := pl.req.Name
 	id := ID(r.Node, r.VMID, name)
@@ -347,7 +347,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 		return "", provider.NewTransient(fmt.Errorf("VM %d is %s, not running", r.VMID, st.QMPStatus))
 	}
 	if p.isDone(name, kindStart) {
-		// Part 2 step 11: stopped after the start.
+		// Create step 11 (docs/proxmox-behaviour.md): stopped after the start.
 		p.mu.Lock()
 		delete(p.done, name+"/"+kindStart)
 		p.mu.Unlock()
@@ -388,7 +388,7 @@ func (p *Provider) seedPresent(ctx context.Context, pl plan, node string) (bool,
 	return false, nil
 }
 
-// uploadSeed uploads the NoCloud seed (Part 2 step 8; F12: overwrites).
+// uploadSeed uploads the NoCloud seed (create step 8 (docs/proxmox-behaviour.md); F12: overwrites).
 func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
 	upid, err := p.api.upload(ctx, r.Node, p.block.ISOStorage, seedFile(pl.req.Name), p.seedFor(pl.req))
 	if err != nil {
@@ -399,7 +399,7 @@ func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
 	return provider.NewInProgress(step, p.poll())
 }
 
-// configForm is the config write of Part 2 step 9.
+// configForm is the config write of create step 9 (docs/proxmox-behaviour.md).
 func (p *Provider) configForm(pl plan, cfg map[string]any) (url.Values, error) {
 	form := url.Values{
 		"ide2":   {p.seedVolid(pl.req.Name) + ",media=cdrom"},

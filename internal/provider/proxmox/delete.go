@@ -11,7 +11,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Delete implements provider.Provider (Part 2, Delete): stop, delete the
+// Delete implements provider.Provider (the Delete steps of docs/proxmox-behaviour.md): stop, delete the
 // seed, destroy with purge, one task per call, InProgress while it runs.
 //
 // The instance is gone, and Delete succeeds, when the VMID holds no VM any

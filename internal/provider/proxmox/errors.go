@@ -51,7 +51,7 @@ func isTLSVerify(err error) bool {
 }
 
 // classify wraps err with what was being done and gives it its class
-// (Part 2, error classes).
+// (error classes in docs/proxmox-behaviour.md).
 func classify(what string, err error) error {
 	if err == nil {
 		return nil
@@ -95,7 +95,7 @@ func classify(what string, err error) error {
 	return provider.NewTransient(werr)
 }
 
-// Reasons of the proxmox provider's verdicts (Part 2, health check).
+// Reasons of the proxmox provider's verdicts (health check in docs/proxmox-behaviour.md).
 const (
 	ReasonReachable              = "Reachable"
 	ReasonUnreachable            = "Unreachable"

@@ -9,7 +9,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Get implements provider.Provider (Part 2, Get). It judges a listed
+// Get implements provider.Provider (the Get steps of docs/proxmox-behaviour.md). It judges a listed
 // running VM by its qmpstatus, so that a VM paused after it ran is seen at
 // the next Get (F14: the cluster-wide listing shows a paused VM as running).
 // Everything comes cheap: the cluster-wide listing and the node listing that
@@ -170,7 +170,7 @@ func (p *Provider) dropAddr(vmid int) {
 }
 
 // transientUnlessPermanent keeps Get from ever saying NotFound past the
-// listing (Part 2, Get step 4).
+// listing (get step 4, docs/proxmox-behaviour.md).
 func transientUnlessPermanent(err error) error {
 	if provider.IsNotFound(err) {
 		return provider.NewTransient(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // sentinelSecret is the token secret; it must appear in no error, log line
@@ -163,21 +164,11 @@ func (h *harness) request(uid, name string) provider.Request {
 		Zone: "zone-a", MachineType: "small", Image: "debian", UserData: provider.NewSensitive(ud)}
 }
 
-// eventually calls f every few milliseconds until it returns true, failing
-// the test after the deadline.
+// eventually polls f until it returns true, failing the test after the
+// deadline.
 func (h *harness) eventually(what string, f func() bool) {
 	h.t.Helper()
-	deadline := time.NewTimer(20 * time.Second)
-	defer deadline.Stop()
-	tick := time.NewTicker(3 * time.Millisecond)
-	defer tick.Stop()
-	for !f() {
-		select {
-		case <-tick.C:
-		case <-deadline.C:
-			h.t.Fatalf("timed out: %s", what)
-		}
-	}
+	poll.Until(h.t, 20*time.Second, func() (bool, string) { return f(), what })
 }
 
 // create calls Create until it returns an ID; every error must be InProgress.

@@ -12,10 +12,11 @@ import (
 
 	"github.com/go-logr/logr"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/cloudinitparse"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/nocloudread"
 )
 
 // DefaultDrain is how long a stopping guest lets open requests finish.
@@ -141,31 +142,31 @@ func (r *Runner) Addresses() map[int]string {
 
 // readSettings reads the seed ISO and the tinyproxy settings of its
 // user-data.
-func readSettings(path string) (cloudinit.Settings, error) {
+func readSettings(path string) (cloudinitparse.Settings, error) {
 	f, err := os.Open(path) //nolint:gosec // G304: the simulator's own staging file.
 	if err != nil {
-		return cloudinit.Settings{}, fmt.Errorf("opening the seed: %w", err)
+		return cloudinitparse.Settings{}, fmt.Errorf("opening the seed: %w", err)
 	}
 	defer func() { _ = f.Close() }()
 	info, err := f.Stat()
 	if err != nil {
-		return cloudinit.Settings{}, fmt.Errorf("reading the seed: %w", err)
+		return cloudinitparse.Settings{}, fmt.Errorf("reading the seed: %w", err)
 	}
-	seed, label, err := nocloud.Read(f, info.Size())
+	seed, label, err := nocloudread.Read(f, info.Size())
 	if err != nil {
-		return cloudinit.Settings{}, fmt.Errorf("reading the seed: %w", err)
+		return cloudinitparse.Settings{}, fmt.Errorf("reading the seed: %w", err)
 	}
 	if label != nocloud.Label {
 		// cloud-init finds its NoCloud seed by this label and ignores any
 		// other disc.
-		return cloudinit.Settings{}, fmt.Errorf("the seed's volume label is %q, not %q: cloud-init would not read it", label, nocloud.Label)
+		return cloudinitparse.Settings{}, fmt.Errorf("the seed's volume label is %q, not %q: cloud-init would not read it", label, nocloud.Label)
 	}
-	settings, err := cloudinit.ParseTinyproxy(seed.UserData)
+	settings, err := cloudinitparse.ParseTinyproxy(seed.UserData)
 	if err != nil {
-		return cloudinit.Settings{}, fmt.Errorf("the seed's user-data: %w", err)
+		return cloudinitparse.Settings{}, fmt.Errorf("the seed's user-data: %w", err)
 	}
 	if settings.Username == "" && len(settings.Allow) == 0 {
-		return cloudinit.Settings{}, errors.New("the seed's user-data configures an open proxy")
+		return cloudinitparse.Settings{}, errors.New("the seed's user-data configures an open proxy")
 	}
 	return settings, nil
 }

@@ -570,7 +570,7 @@ func (l *Lab) StartLibvirtd() {
 // succeeds, for at most a minute. A daemon that exited ends the wait at once.
 func (l *Lab) waitFor(what string, check func() error) error {
 	var exited error
-	err := poll.Wait(time.Minute, func() (bool, string) {
+	err := poll.Wait(context.Background(), time.Minute, func() (bool, string) {
 		err := check()
 		var exit *exitError
 		if errors.As(err, &exit) {

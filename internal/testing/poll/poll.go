@@ -5,6 +5,8 @@
 package poll
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -17,15 +19,15 @@ const Interval = 10 * time.Millisecond
 // explanation when timeout passes first.
 func Until(t testing.TB, timeout time.Duration, cond func() (ok bool, why string)) {
 	t.Helper()
-	if err := Wait(timeout, cond); err != nil {
+	if err := Wait(t.Context(), timeout, cond); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // Wait polls cond until it returns true, or returns an error with cond's last
-// explanation when timeout passes first. It is Until for code that is not a
-// test (the demo, the benchmark) or must not stop the test.
-func Wait(timeout time.Duration, cond func() (ok bool, why string)) error {
+// explanation when timeout passes or ctx ends first. It is Until for code
+// that is not a test (the demo) or must not stop the test.
+func Wait(ctx context.Context, timeout time.Duration, cond func() (ok bool, why string)) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(Interval)
@@ -36,10 +38,28 @@ func Wait(timeout time.Duration, cond func() (ok bool, why string)) error {
 			return nil
 		}
 		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w while waiting: %s", ctx.Err(), why)
 		case <-deadline.C:
 			return &TimeoutError{Timeout: timeout, Why: why}
 		case <-tick.C:
 		}
+	}
+}
+
+// Receive returns the next value on ch, and fails the test when none comes
+// within timeout: the one way tests wait for a channel with a deadline.
+func Receive[T any](t testing.TB, timeout time.Duration, what string, ch <-chan T) T {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-deadline.C:
+		t.Fatalf("nothing received within %s: %s", timeout, what)
+		var zero T
+		return zero
 	}
 }
 

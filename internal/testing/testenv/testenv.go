@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -103,46 +102,6 @@ func Need(t *testing.T, e *Env) {
 	t.Helper()
 	if e == nil {
 		t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
-	}
-}
-
-// Eventually polls cond every 25ms until it returns true, or fails the test
-// with cond's last explanation once timeout has passed.
-func Eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		select {
-		case <-deadline.C:
-			t.Fatalf("condition not met within %s: %s", timeout, why)
-		case <-tick.C:
-		}
-	}
-}
-
-// Consistently fails the test if cond turns false within d.
-func Consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if ok, why := cond(); !ok {
-			t.Fatalf("condition broke: %s", why)
-		}
-		select {
-		case <-deadline.C:
-			return
-		case <-tick.C:
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package cloudinit
+package cloudinitparse
 
 import (
 	"bytes"
@@ -6,11 +6,14 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 )
 
 // cloudConfigWriting returns a #cloud-config whose write_files holds the
@@ -26,7 +29,7 @@ func cloudConfigWriting(t *testing.T, entries ...map[string]any) string {
 
 // confEntry is a write_files entry for tinyproxy's configuration.
 func confEntry(content string) map[string]any {
-	return map[string]any{"path": ConfigPath, "content": content}
+	return map[string]any{"path": cloudinit.ConfigPath, "content": content}
 }
 
 // mimeUserData builds a multipart user-data from raw parts (each its
@@ -84,63 +87,63 @@ func TestParseTinyproxyRoundTrip(t *testing.T) {
 	tests := []struct {
 		name   string
 		reason string
-		proxy  Proxy
+		proxy  cloudinit.Proxy
 		want   Settings
 	}{
 		{
 			name:   "no auth, ranges",
 			reason: "each range becomes an Allow, masked to its network, in order; no credentials",
-			proxy:  Proxy{Port: 3128, AllowedSourceRanges: prefixes(t, "10.1.2.3/8", "192.0.2.7/32")},
+			proxy:  cloudinit.Proxy{Port: 3128, AllowedSourceRanges: prefixes(t, "10.1.2.3/8", "192.0.2.7/32")},
 			want:   Settings{Port: 3128, Allow: prefixes(t, "10.0.0.0/8", "192.0.2.7/32")},
 		},
 		{
 			name:   "auth, no ranges",
 			reason: "credentials become BasicAuth; no Allow line means any source",
-			proxy:  Proxy{Port: 8888, Username: "crawler", Password: "s3cr.et_~-X"},
+			proxy:  cloudinit.Proxy{Port: 8888, Username: "crawler", Password: "s3cr.et_~-X"},
 			want:   Settings{Port: 8888, Username: "crawler", Password: "s3cr.et_~-X"},
 		},
 		{
 			name:   "IPv6 ranges and auth",
 			reason: "IPv6 ranges survive rendering and parsing, a /128 included",
-			proxy:  Proxy{Port: 65535, Username: "u", Password: "p", AllowedSourceRanges: prefixes(t, "2001:db8::1/32", "2001:db8:1::5/128", "0.0.0.0/0")},
+			proxy:  cloudinit.Proxy{Port: 65535, Username: "u", Password: "p", AllowedSourceRanges: prefixes(t, "2001:db8::1/32", "2001:db8:1::5/128", "0.0.0.0/0")},
 			want:   Settings{Port: 65535, Username: "u", Password: "p", Allow: prefixes(t, "2001:db8::/32", "2001:db8:1::5/128", "0.0.0.0/0")},
 		},
 		{
 			name:   "extra user-data script",
 			reason: "the configuration is found in the text/cloud-config part of the multipart message; the script part is skipped",
-			proxy:  Proxy{Port: 3128, Username: "u", Password: "p", ExtraUserData: "#!/bin/sh\necho " + ConfigPath + "\n"},
+			proxy:  cloudinit.Proxy{Port: 3128, Username: "u", Password: "p", ExtraUserData: "#!/bin/sh\necho " + cloudinit.ConfigPath + "\n"},
 			want:   Settings{Port: 3128, Username: "u", Password: "p"},
 		},
 		{
 			name:   "extra cloud-config",
 			reason: "a second cloud-config part merges into ours; our write_files entry is kept",
-			proxy:  Proxy{Port: 3128, AllowedSourceRanges: prefixes(t, "198.51.100.0/24"), ExtraUserData: "#cloud-config\npackages: [htop]\n"},
+			proxy:  cloudinit.Proxy{Port: 3128, AllowedSourceRanges: prefixes(t, "198.51.100.0/24"), ExtraUserData: "#cloud-config\npackages: [htop]\n"},
 			want:   Settings{Port: 3128, Allow: prefixes(t, "198.51.100.0/24")},
 		},
 		{
 			name:   "extra cloud-config writing files",
 			reason: "the user's write_files list is appended to ours (Merge-Type list(append)), not replacing it",
-			proxy: Proxy{Port: 3128, Username: "u", Password: "p",
+			proxy: cloudinit.Proxy{Port: 3128, Username: "u", Password: "p",
 				ExtraUserData: "#cloud-config\nwrite_files:\n  - path: /etc/motd\n    content: hello\n"},
 			want: Settings{Port: 3128, Username: "u", Password: "p"},
 		},
 		{
 			name:   "extra cloud-config writing tinyproxy.conf",
 			reason: "ours is deferred to cloud-init's final stage, so it overwrites the user's earlier write",
-			proxy: Proxy{Port: 3128, Username: "u", Password: "p",
-				ExtraUserData: "#cloud-config\nwrite_files:\n  - path: " + ConfigPath + "\n    content: |\n      Port 1\n"},
+			proxy: cloudinit.Proxy{Port: 3128, Username: "u", Password: "p",
+				ExtraUserData: "#cloud-config\nwrite_files:\n  - path: " + cloudinit.ConfigPath + "\n    content: |\n      Port 1\n"},
 			want: Settings{Port: 3128, Username: "u", Password: "p"},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			data, err := Render(tc.proxy)
+			data, err := cloudinit.Render(tc.proxy)
 			if err != nil {
-				t.Fatalf("Render() error = %v", err)
+				t.Fatalf("cloudinit.Render() error = %v", err)
 			}
 			got, err := ParseTinyproxy(data)
 			if err != nil {
-				t.Fatalf("ParseTinyproxy(Render()) error = %v (%s)", err, tc.reason)
+				t.Fatalf("ParseTinyproxy(cloudinit.Render()) error = %v (%s)", err, tc.reason)
 			}
 			if diff := cmp.Diff(view(tc.want), view(got)); diff != "" {
 				t.Errorf("settings mismatch (-want +got) (%s):\n%s", tc.reason, diff)
@@ -186,7 +189,7 @@ func TestParseTinyproxy(t *testing.T) {
 			name:   "base64 content",
 			reason: "write_files decodes encoding: b64 content",
 			userData: []byte(cloudConfigWriting(t, map[string]any{
-				"path": ConfigPath, "encoding": "b64", "content": base64.StdEncoding.EncodeToString([]byte(conf)),
+				"path": cloudinit.ConfigPath, "encoding": "b64", "content": base64.StdEncoding.EncodeToString([]byte(conf)),
 			})),
 			want: want,
 		},
@@ -194,7 +197,7 @@ func TestParseTinyproxy(t *testing.T) {
 			name:   "gzip and base64 content",
 			reason: "write_files decodes encoding: gz+b64 content",
 			userData: []byte(cloudConfigWriting(t, map[string]any{
-				"path": ConfigPath, "encoding": "gz+b64", "content": base64.StdEncoding.EncodeToString(gzipped(t, conf)),
+				"path": cloudinit.ConfigPath, "encoding": "gz+b64", "content": base64.StdEncoding.EncodeToString(gzipped(t, conf)),
 			})),
 			want: want,
 		},
@@ -202,7 +205,7 @@ func TestParseTinyproxy(t *testing.T) {
 			name:   "append",
 			reason: "an entry with append: true adds to the file instead of replacing it",
 			userData: []byte(cloudConfigWriting(t, confEntry(conf),
-				map[string]any{"path": ConfigPath, "content": "Allow 192.0.2.0/24\n", "append": true})),
+				map[string]any{"path": cloudinit.ConfigPath, "content": "Allow 192.0.2.0/24\n", "append": true})),
 			want: Settings{Port: 3128, Username: "u", Password: "p", Allow: prefixes(t, "10.0.0.0/8", "192.0.2.0/24")},
 		},
 		{
@@ -215,7 +218,7 @@ func TestParseTinyproxy(t *testing.T) {
 			name:   "deferred write after a later non-deferred one",
 			reason: "deferred entries are written in the final stage, after every non-deferred entry, whatever the list order",
 			userData: []byte(cloudConfigWriting(t,
-				map[string]any{"path": ConfigPath, "content": conf, "defer": true}, confEntry("Port 1\n"))),
+				map[string]any{"path": cloudinit.ConfigPath, "content": conf, "defer": true}, confEntry("Port 1\n"))),
 			want: want,
 		},
 		{
@@ -308,7 +311,7 @@ func TestParseTinyproxyErrors(t *testing.T) {
 	}{
 		{
 			name: "shell script", reason: "a script user-data configures nothing we can read",
-			userData: []byte("#!/bin/sh\necho " + secretSentinel + " > " + ConfigPath + "\n"), noConfig: true,
+			userData: []byte("#!/bin/sh\necho " + secretSentinel + " > " + cloudinit.ConfigPath + "\n"), noConfig: true,
 			wantErr: "user-data writes no /etc/tinyproxy/tinyproxy.conf: it holds no cloud-config (a #cloud-config document or a text/cloud-config part)",
 		},
 		{
@@ -340,12 +343,12 @@ func TestParseTinyproxyErrors(t *testing.T) {
 		},
 		{
 			name: "invalid YAML", reason: "the YAML error quotes the document, which holds the password: only the line is kept",
-			userData: []byte("#cloud-config\nwrite_files:\n  - path: " + ConfigPath + "\n    content: \"BasicAuth u " + secretSentinel + "\n  bad: [\n"),
+			userData: []byte("#cloud-config\nwrite_files:\n  - path: " + cloudinit.ConfigPath + "\n    content: \"BasicAuth u " + secretSentinel + "\n  bad: [\n"),
 			wantErr:  "cloud-config part 1: not valid cloud-config YAML (near line",
 		},
 		{
 			name: "YAML tag mismatch", reason: "go-yaml quotes the value it cannot decode (`S3NTINEL` as a !!int): the error must drop it",
-			userData: []byte("#cloud-config\nwrite_files:\n- path: " + ConfigPath + "\n  content: !!int " + secretSentinel + "\n"),
+			userData: []byte("#cloud-config\nwrite_files:\n- path: " + cloudinit.ConfigPath + "\n  content: !!int " + secretSentinel + "\n"),
 			wantErr:  "cloud-config part 1: not valid cloud-config YAML",
 		},
 		{
@@ -405,12 +408,12 @@ func TestParseTinyproxyErrors(t *testing.T) {
 		},
 		{
 			name: "unknown encoding", reason: "cloud-init would not know how to write it",
-			userData: []byte(cloudConfigWriting(t, map[string]any{"path": ConfigPath, "encoding": "rot13", "content": secretSentinel})),
+			userData: []byte(cloudConfigWriting(t, map[string]any{"path": cloudinit.ConfigPath, "encoding": "rot13", "content": secretSentinel})),
 			wantErr:  `write_files entry 1 for /etc/tinyproxy/tinyproxy.conf: unknown encoding "rot13"`,
 		},
 		{
 			name: "bad base64 content", reason: "undecodable content",
-			userData: []byte(cloudConfigWriting(t, map[string]any{"path": ConfigPath, "encoding": "b64", "content": "!!" + secretSentinel})),
+			userData: []byte(cloudConfigWriting(t, map[string]any{"path": cloudinit.ConfigPath, "encoding": "b64", "content": "!!" + secretSentinel})),
 			wantErr:  "write_files entry 1 for /etc/tinyproxy/tinyproxy.conf: decoding base64 content",
 		},
 		{
@@ -452,3 +455,15 @@ func TestParseTinyproxyErrors(t *testing.T) {
 		})
 	}
 }
+
+func prefixes(t *testing.T, ss ...string) []netip.Prefix {
+	t.Helper()
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// secretSentinel stands for a password: no error may ever quote it.
+const secretSentinel = "S3NTINEL-8f2c1d"

@@ -1,4 +1,4 @@
-package nocloud
+package nocloudread
 
 import (
 	"bytes"
@@ -8,6 +8,18 @@ import (
 	"io"
 	"strings"
 	"unicode/utf16"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
+)
+
+// ISO 9660 geometry. The reader keeps its own copy rather than the writer's,
+// so that it checks the writer instead of sharing its mistakes.
+const (
+	// sectorSize is the logical sector size of every ISO 9660 image.
+	sectorSize = 2048
+	// pvdSector is where the volume descriptors start (after the system
+	// area of 16 sectors).
+	pvdSector = 16
 )
 
 // ErrNotISO9660 is wrapped by the errors Read returns for data that is not
@@ -42,23 +54,23 @@ type descriptor struct {
 // user-data and meta-data are required, as cloud-init requires them;
 // VendorData is nil when the image has no vendor-data file. Files present
 // but empty are returned as empty, non-nil slices.
-func Read(r io.ReaderAt, size int64) (Seed, string, error) {
+func Read(r io.ReaderAt, size int64) (nocloud.Seed, string, error) {
 	if size < (pvdSector+1)*sectorSize {
-		return Seed{}, "", fmt.Errorf("%w: %d bytes is too short to hold a volume descriptor", ErrNotISO9660, size)
+		return nocloud.Seed{}, "", fmt.Errorf("%w: %d bytes is too short to hold a volume descriptor", ErrNotISO9660, size)
 	}
 	img := io.NewSectionReader(r, 0, size)
 	var primary, joliet *descriptor
 	for i := range maxDescriptors {
 		sector := int64(pvdSector + i)
 		if (sector+1)*sectorSize > size {
-			return Seed{}, "", fmt.Errorf("%w: no volume descriptor set terminator before the end of the image", ErrNotISO9660)
+			return nocloud.Seed{}, "", fmt.Errorf("%w: no volume descriptor set terminator before the end of the image", ErrNotISO9660)
 		}
 		d := make([]byte, sectorSize)
 		if _, err := img.ReadAt(d, sector*sectorSize); err != nil {
-			return Seed{}, "", fmt.Errorf("reading volume descriptor at sector %d: %w", sector, err)
+			return nocloud.Seed{}, "", fmt.Errorf("reading volume descriptor at sector %d: %w", sector, err)
 		}
 		if string(d[1:6]) != "CD001" {
-			return Seed{}, "", fmt.Errorf("%w: no CD001 signature at sector %d", ErrNotISO9660, sector)
+			return nocloud.Seed{}, "", fmt.Errorf("%w: no CD001 signature at sector %d", ErrNotISO9660, sector)
 		}
 		switch d[0] {
 		case 1:
@@ -73,7 +85,7 @@ func Read(r io.ReaderAt, size int64) (Seed, string, error) {
 			return readTree(img, size, primary, joliet)
 		}
 	}
-	return Seed{}, "", fmt.Errorf("%w: no volume descriptor set terminator in the first %d descriptors", ErrNotISO9660, maxDescriptors)
+	return nocloud.Seed{}, "", fmt.Errorf("%w: no volume descriptor set terminator in the first %d descriptors", ErrNotISO9660, maxDescriptors)
 }
 
 // isJolietEscape reports whether the escape sequences of a supplementary
@@ -114,20 +126,20 @@ func fromUCS2(b []byte) string {
 
 // readTree reads the seed files from the root directory of the Joliet tree,
 // or of the primary tree when there is none.
-func readTree(img *io.SectionReader, size int64, primary, joliet *descriptor) (Seed, string, error) {
+func readTree(img *io.SectionReader, size int64, primary, joliet *descriptor) (nocloud.Seed, string, error) {
 	if primary == nil {
-		return Seed{}, "", fmt.Errorf("%w: no primary volume descriptor", ErrNotISO9660)
+		return nocloud.Seed{}, "", fmt.Errorf("%w: no primary volume descriptor", ErrNotISO9660)
 	}
 	d := primary
 	if joliet != nil {
 		d = joliet
 	}
 	if d.rootSize == 0 || d.rootSize > maxDirectorySize {
-		return Seed{}, "", fmt.Errorf("%w: root directory size %d is out of range 1-%d", ErrNotISO9660, d.rootSize, maxDirectorySize)
+		return nocloud.Seed{}, "", fmt.Errorf("%w: root directory size %d is out of range 1-%d", ErrNotISO9660, d.rootSize, maxDirectorySize)
 	}
 	dir, err := readExtent(img, size, d.rootExtent, d.rootSize)
 	if err != nil {
-		return Seed{}, "", fmt.Errorf("reading the root directory: %w", err)
+		return nocloud.Seed{}, "", fmt.Errorf("reading the root directory: %w", err)
 	}
 	found := map[string][]byte{}
 	for off := 0; off < len(dir); {
@@ -139,7 +151,7 @@ func readTree(img *io.SectionReader, size int64, primary, joliet *descriptor) (S
 			continue
 		}
 		if n < 34 || off+n > len(dir) || int(dir[off+32])+33 > n {
-			return Seed{}, "", fmt.Errorf("%w: malformed directory record at offset %d of the root directory", ErrNotISO9660, off)
+			return nocloud.Seed{}, "", fmt.Errorf("%w: malformed directory record at offset %d of the root directory", ErrNotISO9660, off)
 		}
 		rec := dir[off : off+n]
 		off += n
@@ -150,27 +162,27 @@ func readTree(img *io.SectionReader, size int64, primary, joliet *descriptor) (S
 			continue // a directory, "." or ".."
 		}
 		if flags&0x80 != 0 {
-			return Seed{}, "", fmt.Errorf("%w: multi-extent files are not supported", ErrNotISO9660)
+			return nocloud.Seed{}, "", fmt.Errorf("%w: multi-extent files are not supported", ErrNotISO9660)
 		}
 		name := seedName(rec, id, d.joliet)
 		if name == "" {
 			continue
 		}
 		if _, dup := found[name]; dup {
-			return Seed{}, "", fmt.Errorf("%w: %s appears twice in the root directory", ErrNotISO9660, name)
+			return nocloud.Seed{}, "", fmt.Errorf("%w: %s appears twice in the root directory", ErrNotISO9660, name)
 		}
 		data, err := readExtent(img, size, binary.LittleEndian.Uint32(rec[2:6]), binary.LittleEndian.Uint32(rec[10:14]))
 		if err != nil {
-			return Seed{}, "", fmt.Errorf("reading %s: %w", name, err)
+			return nocloud.Seed{}, "", fmt.Errorf("reading %s: %w", name, err)
 		}
 		found[name] = data
 	}
-	for _, required := range []string{UserDataName, MetaDataName} {
+	for _, required := range []string{nocloud.UserDataName, nocloud.MetaDataName} {
 		if _, ok := found[required]; !ok {
-			return Seed{}, "", fmt.Errorf("the image (label %q) has no %s file, which the NoCloud datasource requires", d.label, required)
+			return nocloud.Seed{}, "", fmt.Errorf("the image (label %q) has no %s file, which the NoCloud datasource requires", d.label, required)
 		}
 	}
-	return Seed{UserData: found[UserDataName], MetaData: found[MetaDataName], VendorData: found[VendorDataName]}, d.label, nil
+	return nocloud.Seed{UserData: found[nocloud.UserDataName], MetaData: found[nocloud.MetaDataName], VendorData: found[nocloud.VendorDataName]}, d.label, nil
 }
 
 // readExtent reads length bytes at sector extent, checking they lie within
@@ -204,7 +216,7 @@ func seedName(rec, id []byte, joliet bool) string {
 	}
 	name = strings.TrimSuffix(name, ";1")
 	switch name {
-	case UserDataName, MetaDataName, VendorDataName:
+	case nocloud.UserDataName, nocloud.MetaDataName, nocloud.VendorDataName:
 		return name
 	}
 	return ""
@@ -217,7 +229,7 @@ func primarySeedName(id string) string {
 	base, _, _ := strings.Cut(id, ";")
 	base = strings.TrimSuffix(base, ".")
 	base = strings.NewReplacer("_", "", "-", "", ".", "").Replace(strings.ToUpper(base))
-	for _, name := range []string{UserDataName, MetaDataName, VendorDataName} {
+	for _, name := range []string{nocloud.UserDataName, nocloud.MetaDataName, nocloud.VendorDataName} {
 		full := strings.ToUpper(strings.ReplaceAll(name, "-", ""))
 		short := full[:min(len(full), 8)]
 		// USER_DAT loses its underscore: accept the 8-letter truncation of

@@ -1,4 +1,4 @@
-package cloudinit
+package cloudinitparse
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 )
 
 // Settings is what tinyproxy runs with on a guest that booted with a given
@@ -35,14 +37,14 @@ type Settings struct {
 
 // ErrNoTinyproxyConfig is wrapped by the error ParseTinyproxy returns when
 // the user-data writes no tinyproxy configuration.
-var ErrNoTinyproxyConfig = errors.New("user-data writes no " + ConfigPath)
+var ErrNoTinyproxyConfig = errors.New("user-data writes no " + cloudinit.ConfigPath)
 
 // maxUserData bounds the user-data ParseTinyproxy decompresses and decodes;
 // cloud-init's datasources carry far less.
 const maxUserData = 16 << 20
 
 // ParseTinyproxy plays cloud-init and tinyproxy on a guest: it finds the
-// write_files entries for ConfigPath in userData (a #cloud-config, or the
+// write_files entries for cloudinit.ConfigPath in userData (a #cloud-config, or the
 // text/cloud-config parts of a MIME multipart message, gzip-compressed or
 // not), applies them as cloud-init would, and returns the settings of the
 // resulting tinyproxy configuration. A wrong rendering shows up as a wrong
@@ -317,19 +319,19 @@ func mergeSpec(v any) string {
 	return ""
 }
 
-// applyWrites returns the content ConfigPath has after cloud-init wrote
+// applyWrites returns the content cloudinit.ConfigPath has after cloud-init wrote
 // files, and whether any entry wrote it.
 func applyWrites(files []writeFileEntry) (string, bool, error) {
 	var conf strings.Builder
 	found := false
 	for _, deferred := range []bool{false, true} {
 		for i, f := range files {
-			if f.Defer != deferred || path.Clean(f.Path) != ConfigPath {
+			if f.Defer != deferred || path.Clean(f.Path) != cloudinit.ConfigPath {
 				continue
 			}
 			content, err := decodeContent(f)
 			if err != nil {
-				return "", false, fmt.Errorf("write_files entry %d for %s: %w", i+1, ConfigPath, err)
+				return "", false, fmt.Errorf("write_files entry %d for %s: %w", i+1, cloudinit.ConfigPath, err)
 			}
 			if !f.Append {
 				conf.Reset()
@@ -395,40 +397,40 @@ func parseTinyproxyConf(conf string) (Settings, error) {
 		switch strings.ToLower(fields[0]) {
 		case "port":
 			if havePort {
-				return Settings{}, fmt.Errorf("%s line %d: a second Port directive", ConfigPath, n)
+				return Settings{}, fmt.Errorf("%s line %d: a second Port directive", cloudinit.ConfigPath, n)
 			}
 			if len(fields) != 2 {
-				return Settings{}, fmt.Errorf("%s line %d: Port takes one value, found %d", ConfigPath, n, len(fields)-1)
+				return Settings{}, fmt.Errorf("%s line %d: Port takes one value, found %d", cloudinit.ConfigPath, n, len(fields)-1)
 			}
 			port, err := strconv.ParseInt(fields[1], 10, 32)
 			if err != nil || port < 1 || port > 65535 {
-				return Settings{}, fmt.Errorf("%s line %d: Port is not a number in range 1-65535", ConfigPath, n)
+				return Settings{}, fmt.Errorf("%s line %d: Port is not a number in range 1-65535", cloudinit.ConfigPath, n)
 			}
 			s.Port, havePort = int32(port), true
 		case "basicauth":
 			if haveAuth {
-				return Settings{}, fmt.Errorf("%s line %d: a second BasicAuth directive (Settings holds one user)", ConfigPath, n)
+				return Settings{}, fmt.Errorf("%s line %d: a second BasicAuth directive (Settings holds one user)", cloudinit.ConfigPath, n)
 			}
 			if len(fields) != 3 {
-				return Settings{}, fmt.Errorf("%s line %d: BasicAuth takes a user and a password, found %d values", ConfigPath, n, len(fields)-1)
+				return Settings{}, fmt.Errorf("%s line %d: BasicAuth takes a user and a password, found %d values", cloudinit.ConfigPath, n, len(fields)-1)
 			}
 			s.Username, s.Password, haveAuth = fields[1], fields[2], true
 		case "allow":
 			if len(fields) != 2 {
-				return Settings{}, fmt.Errorf("%s line %d: Allow takes one value, found %d", ConfigPath, n, len(fields)-1)
+				return Settings{}, fmt.Errorf("%s line %d: Allow takes one value, found %d", cloudinit.ConfigPath, n, len(fields)-1)
 			}
 			p, err := parseAllow(fields[1])
 			if err != nil {
-				return Settings{}, fmt.Errorf("%s line %d: Allow is not an IP address or CIDR range", ConfigPath, n)
+				return Settings{}, fmt.Errorf("%s line %d: Allow is not an IP address or CIDR range", cloudinit.ConfigPath, n)
 			}
 			s.Allow = append(s.Allow, p)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return Settings{}, fmt.Errorf("reading %s: %w", ConfigPath, err)
+		return Settings{}, fmt.Errorf("reading %s: %w", cloudinit.ConfigPath, err)
 	}
 	if !havePort {
-		return Settings{}, fmt.Errorf("%s has no Port directive", ConfigPath)
+		return Settings{}, fmt.Errorf("%s has no Port directive", cloudinit.ConfigPath)
 	}
 	return s, nil
 }
