@@ -61,3 +61,15 @@ runcmd:
 func VendorDataGuestAgent() []byte {
 	return []byte(vendorDataGuestAgent)
 }
+
+// InstanceSeed is the seed every VM provider gives an instance: the rendered
+// user-data, meta-data naming the instance (its name is both instance-id and
+// hostname), and the guest-agent vendor-data when the entry installs the
+// agent. One function, so that proxmox and libvirt guests boot the same way.
+func InstanceSeed(name string, userData []byte, guestAgent bool) Seed {
+	seed := Seed{UserData: userData, MetaData: MetaData(name, name)}
+	if guestAgent {
+		seed.VendorData = VendorDataGuestAgent()
+	}
+	return seed
+}

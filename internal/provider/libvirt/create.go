@@ -306,11 +306,7 @@ func staging(what string, err error) error {
 
 // seedFor builds the NoCloud seed of a request.
 func (p *Provider) seedFor(req provider.Request) nocloud.Seed {
-	seed := nocloud.Seed{UserData: req.UserData.Bytes(), MetaData: nocloud.MetaData(req.Name, req.Name)}
-	if p.block.GuestAgent() {
-		seed.VendorData = nocloud.VendorDataGuestAgent()
-	}
-	return seed
+	return nocloud.InstanceSeed(req.Name, req.UserData.Bytes(), p.block.GuestAgent())
 }
 
 // stageSeed puts the NoCloud seed into its volume: created at its exact

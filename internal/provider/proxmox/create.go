@@ -364,11 +364,7 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 
 // seedFor builds the NoCloud seed of a request.
 func (p *Provider) seedFor(req provider.Request) nocloud.Seed {
-	seed := nocloud.Seed{UserData: req.UserData.Bytes(), MetaData: nocloud.MetaData(req.Name, req.Name)}
-	if p.block.GuestAgent() {
-		seed.VendorData = nocloud.VendorDataGuestAgent()
-	}
-	return seed
+	return nocloud.InstanceSeed(req.Name, req.UserData.Bytes(), p.block.GuestAgent())
 }
 
 // seedPresent reports whether a complete seed (its exact size) is on the ISO
