@@ -103,19 +103,19 @@ type ProxyReconciler struct {
 // at the Proxy's next reconcile, within the resync interval.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
-	workers := r.MaxConcurrentReconciles
-	if workers == 0 {
-		workers = 4
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&crawlv1alpha1.Proxy{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		WithOptions(controller.Options{MaxConcurrentReconciles: workers, SkipNameValidation: &r.skipNameValidation}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxy").
 		Complete(r)
 }
 
+// defaults fills in the zero options, once, when the reconciler is set up.
 func (r *ProxyReconciler) defaults() {
+	if r.MaxConcurrentReconciles == 0 {
+		r.MaxConcurrentReconciles = 4
+	}
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -142,7 +142,6 @@ func (r *ProxyReconciler) defaults() {
 // Reconcile moves one Proxy one step towards its desired state and patches
 // its status once, at the end.
 func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	r.defaults()
 	ctx, span := r.Tracer.Start(ctx, "Proxy.Reconcile", trace.WithAttributes(
 		attribute.String("k8s.namespace.name", req.Namespace), attribute.String("egress.proxy.name", req.Name)))
 	defer span.End()
@@ -158,39 +157,23 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	before := p.DeepCopy()
 
 	var (
-		res ctrl.Result
 		obs observation
 		err error
 	)
 	if !p.DeletionTimestamp.IsZero() {
-		res, obs, err = r.reconcileDelete(ctx, &p)
+		obs, err = r.reconcileDelete(ctx, &p)
 	} else {
-		res, obs, err = r.reconcileNormal(ctx, &p)
+		obs, err = r.reconcileNormal(ctx, &p)
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	switch {
-	case obs.providerErr == nil:
+	d := decideRequeue(obs, intervals{poll: r.PollInterval, resync: r.ResyncInterval})
+	res := ctrl.Result{RequeueAfter: d.after}
+	if d.backoff {
+		res.RequeueAfter = max(r.Backoff.When(req), d.after)
+	} else {
 		r.Backoff.Forget(req)
-	case provider.IsInProgress(obs.providerErr):
-		// Whatever step returned it, come back: after the delay the
-		// provider asked for, or the poll interval when it named none.
-		r.Backoff.Forget(req)
-		after := provider.RetryAfterOf(obs.providerErr)
-		if after <= 0 {
-			after = r.PollInterval
-		}
-		res = ctrl.Result{RequeueAfter: after}
-	case provider.IsPermanent(obs.providerErr) && !obs.deleting:
-		// Latched: a human acts, and their change (a new generation or the
-		// retry annotation) triggers the next reconcile.
-		r.Backoff.Forget(req)
-	default:
-		// Transient errors, and every deletion failure: a finalizer must
-		// never be stuck behind a latch. A delay the API asked for wins
-		// when it is longer.
-		res = ctrl.Result{RequeueAfter: max(r.Backoff.When(req), provider.RetryAfterOf(obs.providerErr))}
 	}
 
 	if !controllerutil.ContainsFinalizer(&p, Finalizer) && !p.DeletionTimestamp.IsZero() {
@@ -204,7 +187,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if apierrors.IsConflict(err) {
 			// The status changed since we read it: what we computed is based
 			// on an old view. Look again with the newer one.
-			return ctrl.Result{RequeueAfter: staleRequeue}, nil
+			return ctrl.Result{RequeueAfter: cacheDelay}, nil
 		}
 		return ctrl.Result{}, err
 	}

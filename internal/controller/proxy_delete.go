@@ -17,17 +17,17 @@ import (
 // reconcileDelete removes every instance of a Proxy that is being deleted,
 // then releases the finalizer. Failures of any class are retried with
 // backoff and stay visible in the status and in events.
-func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy) (ctrl.Result, observation, error) {
+func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.Proxy) (observation, error) {
 	obs := observation{deleting: true}
 	if !controllerutil.ContainsFinalizer(p, Finalizer) {
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	}
 	prov, ok := r.Providers[p.Spec.Provider]
 	if !ok {
 		if p.Status.InstanceID == "" {
 			// The entry is not configured and no instance was ever
 			// recorded: there is nothing we could remove.
-			return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
+			return obs, r.releaseFinalizer(ctx, p)
 		}
 		if _, release := p.Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; release {
 			r.event(p, corev1.EventTypeWarning, eventReleasedWithoutCleanup, "Delete",
@@ -35,35 +35,32 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.
 					"configured, so the instance, its disks and its seed (which holds the proxy credentials) may be left on the "+
 					"hypervisor; remove them by hand", crawlv1alpha1.AnnotationReleaseFinalizer, p.Status.InstanceID, p.Spec.Provider)
 			ctrl.LoggerFrom(ctx).Info("finalizer released by annotation; the instance may be left", "instanceID", p.Status.InstanceID, "provider", p.Spec.Provider)
-			return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
+			return obs, r.releaseFinalizer(ctx, p)
 		}
 		obs.providerErr = fmt.Errorf("provider entry %q is not configured, so instance %s cannot be removed; "+
 			"restore the entry in the providers configuration, or remove the instance by hand and set the annotation %s",
 			p.Spec.Provider, p.Status.InstanceID, crawlv1alpha1.AnnotationReleaseFinalizer)
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	}
 
 	ids, err := r.instancesOf(ctx, p, prov)
 	if err != nil {
 		obs.providerErr = err
 		r.event(p, corev1.EventTypeWarning, eventDeleteFailed, "Delete", "%v", err)
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	}
 	for _, id := range ids {
-		err := prov.Delete(ctx, id)
-		switch {
-		case provider.IsInProgress(err):
+		if err := prov.Delete(ctx, id); err != nil {
 			obs.providerErr = err
-			return ctrl.Result{RequeueAfter: provider.RetryAfterOf(err)}, obs, nil
-		case err != nil:
-			obs.providerErr = err
-			r.event(p, corev1.EventTypeWarning, eventDeleteFailed, "Delete", "%v", err)
-			return ctrl.Result{}, obs, nil
+			if !provider.IsInProgress(err) {
+				r.event(p, corev1.EventTypeWarning, eventDeleteFailed, "Delete", "%v", err)
+			}
+			return obs, nil
 		}
 		ctrl.LoggerFrom(ctx).Info("instance deleted", "instanceID", id)
 		r.event(p, corev1.EventTypeNormal, eventDeleted, "Delete", "Deleted instance %s", id)
 	}
-	return ctrl.Result{}, obs, r.releaseFinalizer(ctx, p)
+	return obs, r.releaseFinalizer(ctx, p)
 }
 
 // instancesOf returns the instances to remove: the recorded one, and, when

@@ -36,7 +36,7 @@ const (
 
 // reconcileNormal drives a Proxy that is not being deleted: one provider
 // mutation at most per call, then the caller patches the status.
-func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.Proxy) (ctrl.Result, observation, error) {
+func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.Proxy) (observation, error) {
 	// The annotation is removed by Reconcile once the status is patched.
 	_, retry := p.Annotations[crawlv1alpha1.AnnotationRetry]
 	if retry {
@@ -44,21 +44,21 @@ func (r *ProxyReconciler) reconcileNormal(ctx context.Context, p *crawlv1alpha1.
 		// A person looked: replacements are counted afresh.
 		p.Status.RecentReplacements, p.Status.ReplacementWindowStart, p.Status.LastReplacementTime = 0, nil, nil
 	}
-	res, obs, err := r.reconcileSteps(ctx, p, retry)
+	obs, err := r.reconcileSteps(ctx, p, retry)
 	obs.retried = retry
-	return res, obs, err
+	return obs, err
 }
 
 // reconcileSteps is reconcileNormal's body; retry says the retry annotation
 // lifts a latched failure.
-func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.Proxy, retry bool) (ctrl.Result, observation, error) {
+func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.Proxy, retry bool) (observation, error) {
 	var obs observation
 
 	if !controllerutil.ContainsFinalizer(p, Finalizer) {
 		patch := client.MergeFrom(p.DeepCopy())
 		controllerutil.AddFinalizer(p, Finalizer)
 		if err := r.Client.Patch(ctx, p, patch); err != nil {
-			return ctrl.Result{}, obs, fmt.Errorf("adding finalizer: %w", err)
+			return obs, fmt.Errorf("adding finalizer: %w", err)
 		}
 	}
 
@@ -70,7 +70,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
 			r.event(p, corev1.EventTypeWarning, eventInvalidSpec, "Resolve", "%v", specErr)
 		}
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	case specErr != nil:
 		// The catalogue lost a zone, size or image after this instance was
 		// made. The instance still serves and is still watched; only a
@@ -84,26 +84,27 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	}
 	prov, ok := r.Providers[entry.Name]
 	if !ok {
-		return ctrl.Result{}, obs, fmt.Errorf("provider entry %q is configured but has no provider (a bug in the binary's type registry)", entry.Name)
+		return obs, fmt.Errorf("provider entry %q is configured but has no provider (a bug in the binary's type registry)", entry.Name)
 	}
 
 	if !retry && isLatched(p.Status, p.Generation) {
 		obs.latched = true
 		// The status read from the cache may be older than the latest
 		// write; a late look costs no provider call.
-		return ctrl.Result{RequeueAfter: r.ResyncInterval}, obs, nil
+		obs.wait = waitResync
+		return obs, nil
 	}
 
 	creds, conflict, err := r.ensureCredentials(ctx, p)
 	if err != nil {
-		return ctrl.Result{}, obs, err
+		return obs, err
 	}
 	if conflict != "" {
 		obs.credentialsConflict = conflict
 		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonCredentialsConflict {
 			r.event(p, corev1.EventTypeWarning, crawlv1alpha1.ReasonCredentialsConflict, "Credentials", "%s", conflict)
 		}
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	}
 
 	if p.Status.InstanceID == "" {
@@ -120,7 +121,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		}
 		obs.providerErr = err
 		r.providerEvent(p, err)
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	case inst.OwnerUID != "" && inst.OwnerUID != string(p.UID):
 		// Never adopt an instance recorded for someone else: a status
 		// copied from another object must not hand us its VM.
@@ -128,7 +129,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 			fmt.Errorf("instance %s belongs to owner %s, not to this Proxy", inst.ID, inst.OwnerUID),
 			"recreate the Proxy; the operator will not adopt another Proxy's instance")
 		r.providerEvent(p, obs.providerErr)
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	case inst.State == provider.StateStopped:
 		return r.replace(ctx, p, prov, "stopped", "the instance stopped")
 	}
@@ -139,28 +140,30 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		obs.becameReady = p.Status.ReadyTime == nil
 		if creds != nil {
 			if err := r.syncCredentialsURL(ctx, p, creds, inst.Address.String()); err != nil {
-				return ctrl.Result{}, obs, err
+				return obs, err
 			}
 		}
-		after := r.ResyncInterval
+		obs.wait = waitResync
 		if due, next := r.probeDue(p.Status); due {
 			obs.probe = r.runProbe(ctx, p, entry, creds, inst.Address.String())
-			after = min(after, r.ProbeInterval)
+			obs.nextProbe = r.ProbeInterval
 		} else if r.Prober != nil {
-			after = min(after, next)
+			obs.nextProbe = next
 		}
-		return ctrl.Result{RequeueAfter: after}, obs, nil
+		return obs, nil
 	}
-	return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+	obs.wait = waitPoll
+	return obs, nil
 }
 
 // create asks the provider for the instance and records its ID. A crash
 // between the provider's work and the status patch is harmless: the next
 // reconcile sends the same Request, and Create is idempotent.
-func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, pl config.Placement, creds *credentials) (ctrl.Result, observation, error) {
+func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, pl config.Placement, creds *credentials) (observation, error) {
 	var obs observation
 	if current, err := r.isCurrent(ctx, p); err != nil || !current {
-		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
+		obs.wait = waitCache
+		return obs, err
 	}
 	switch wait, loop := r.Replacement.beforeCreate(p.Status, r.Now()); {
 	case loop:
@@ -170,14 +173,14 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 		if p.Status.Phase != crawlv1alpha1.ProxyPhaseFailed {
 			r.event(p, corev1.EventTypeWarning, eventReplacementLoop, "Replace", "%s", obs.replacementLoop)
 		}
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	case wait > 0:
-		obs.replacementWait = wait
-		return ctrl.Result{RequeueAfter: wait}, obs, nil
+		obs.replacementWait, obs.wait = wait, waitReplacement
+		return obs, nil
 	}
 	if limit := pl.Entry.CreateLimit(); !r.slots.acquire(pl.Entry.Name, client.ObjectKeyFromObject(p).String(), limit) {
-		obs.createQueued = limit
-		return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+		obs.createQueued, obs.wait = limit, waitPoll
+		return obs, nil
 	}
 	req, err := buildRequest(p, pl, creds)
 	if err != nil {
@@ -185,18 +188,14 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 		// an input the renderer cannot take; a human must look.
 		obs.providerErr = provider.NewPermanent(fmt.Errorf("rendering cloud-init: %w", err), "recreate the Proxy with a valid spec")
 		r.providerEvent(p, obs.providerErr)
-		return ctrl.Result{}, obs, nil
+		return obs, nil
 	}
 	id, err := prov.Create(ctx, req)
 	err = latchRefused(err)
-	switch {
-	case provider.IsInProgress(err):
+	if err != nil {
 		obs.providerErr = err
-		return ctrl.Result{RequeueAfter: provider.RetryAfterOf(err)}, obs, nil
-	case err != nil:
-		obs.providerErr = err
-		r.providerEvent(p, err)
-		return ctrl.Result{}, obs, nil
+		r.providerEvent(p, err) // silent for InProgress
+		return obs, nil
 	}
 	now := metav1.NewTime(r.Now())
 	p.Status.InstanceID = string(id)
@@ -205,27 +204,26 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 	p.Status.ReadyTime = nil
 	ctrl.LoggerFrom(ctx).Info("instance created", "instanceID", id, "instanceName", req.Name)
 	r.event(p, corev1.EventTypeNormal, eventCreated, "Create", "Created instance %s (%s) on provider %s", id, req.Name, pl.Entry.Name)
-	return ctrl.Result{RequeueAfter: r.PollInterval}, obs, nil
+	obs.wait = waitPoll
+	return obs, nil
 }
 
 // replace removes a stopped instance (a vanished one is gone already) and
 // clears the record, so that the next reconcile creates a successor with the
 // next instance name. The old instance is deleted before the successor is
 // created, so that there is never more than one.
-func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, reason, why string) (ctrl.Result, observation, error) {
+func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, reason, why string) (observation, error) {
 	var obs observation
 	if current, err := r.isCurrent(ctx, p); err != nil || !current {
-		return ctrl.Result{RequeueAfter: staleRequeue}, obs, err
+		obs.wait = waitCache
+		return obs, err
 	}
 	if reason == "stopped" {
 		if err := latchRefused(prov.Delete(ctx, provider.ID(p.Status.InstanceID))); err != nil {
 			obs.providerErr = err
 			p.Status.Phase = crawlv1alpha1.ProxyPhaseReplacing
 			r.providerEvent(p, err)
-			if provider.IsInProgress(err) {
-				return ctrl.Result{RequeueAfter: provider.RetryAfterOf(err)}, obs, nil
-			}
-			return ctrl.Result{}, obs, nil
+			return obs, nil
 		}
 	}
 	now := r.Now()
@@ -245,7 +243,8 @@ func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, p
 	p.Status.InstanceName = ""
 	p.Status.InstanceCreationTime = nil
 	p.Status.Replacements++
-	return ctrl.Result{RequeueAfter: requeueSoon}, obs, nil
+	obs.wait = waitNextStep
+	return obs, nil
 }
 
 // latchRefused turns a refusal (401, 403) of a mutation into a Permanent
@@ -285,13 +284,3 @@ func readyCondition(p *crawlv1alpha1.Proxy) *metav1.Condition {
 	}
 	return nil
 }
-
-const (
-	// requeueSoon asks for the next step right away, through the queue
-	// rather than in this call, so that each reconcile does one provider
-	// mutation.
-	requeueSoon = time.Millisecond
-	// staleRequeue is how long to let the cache catch up with the API server
-	// when it lags behind.
-	staleRequeue = 100 * time.Millisecond
-)

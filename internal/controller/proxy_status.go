@@ -55,6 +55,12 @@ type observation struct {
 	// createQueued: the entry's cap on concurrent creates (this value) is
 	// reached; the create waits.
 	createQueued int
+	// wait: what the reconcile waits for when the provider call did not
+	// fail; decideRequeue turns it into a delay.
+	wait waitFor
+	// nextProbe: when waiting on a Ready instance, the next probe is due
+	// this soon (zero: no probe scheduled); the look comes no later.
+	nextProbe time.Duration
 }
 
 // computeStatus derives the Proxy's phase, Ready condition, node, address and

@@ -243,7 +243,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			nextSerial: r.nextSerial(req.NamespacedName, pool.Status.NextMemberSerial, 0)})
 		if r.waitingForCache(req.NamespacedName, proxies, now) {
 			// Keep the list and status current, change nothing else.
-			plan = poolPlan{rotating: plan.rotating, waiting: plan.waiting, recheck: staleRequeue}
+			plan = poolPlan{rotating: plan.rotating, waiting: plan.waiting, recheck: cacheDelay}
 		}
 		obs.plan = plan
 		obs.nextSerial = int64(r.nextSerial(req.NamespacedName, pool.Status.NextMemberSerial, plan.nextSerial))
@@ -283,7 +283,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
 		if err := r.Client.Status().Patch(ctx, &pool, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: staleRequeue}, nil
+				return ctrl.Result{RequeueAfter: cacheDelay}, nil
 			}
 			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("patching pool status: %w", err))
 		}

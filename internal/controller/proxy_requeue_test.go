@@ -1,0 +1,99 @@
+package controller
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+func TestDecideRequeue(t *testing.T) {
+	iv := intervals{poll: 10 * time.Second, resync: 5 * time.Minute}
+	transient := provider.NewTransient(errors.New("node unreachable"))
+	permanent := provider.NewPermanent(errors.New("no such template"), "fix the template")
+	type args struct {
+		obs observation
+	}
+	cases := map[string]struct {
+		reason string
+		args   args
+		want   requeue
+	}{
+		"Invalid spec": {
+			reason: "a spec that does not resolve waits for the user's edit, which is an event",
+			args:   args{obs: observation{specErr: errors.New("no zone")}},
+			want:   requeue{},
+		},
+		"Instance coming up": {
+			reason: "an instance that is not Ready yet is polled",
+			args:   args{obs: observation{wait: waitPoll}},
+			want:   requeue{after: iv.poll},
+		},
+		"Ready": {
+			reason: "a Ready instance is looked at again after the resync interval",
+			args:   args{obs: observation{wait: waitResync}},
+			want:   requeue{after: iv.resync},
+		},
+		"Ready with a probe due sooner": {
+			reason: "the next probe of a Ready instance brings the look forward",
+			args:   args{obs: observation{wait: waitResync, nextProbe: 30 * time.Second}},
+			want:   requeue{after: 30 * time.Second},
+		},
+		"Ready with a probe due later": {
+			reason: "a probe due after the resync does not delay the resync",
+			args:   args{obs: observation{wait: waitResync, nextProbe: time.Hour}},
+			want:   requeue{after: iv.resync},
+		},
+		"Replaced": {
+			reason: "after clearing a dead instance the successor is created at once, through the queue",
+			args:   args{obs: observation{wait: waitNextStep}},
+			want:   requeue{after: nextStepDelay},
+		},
+		"Stale cache": {
+			reason: "a cache behind the API server gets a moment to catch up",
+			args:   args{obs: observation{wait: waitCache}},
+			want:   requeue{after: cacheDelay},
+		},
+		"In progress with a delay": {
+			reason: "the provider knows when its task will be worth looking at",
+			args:   args{obs: observation{providerErr: provider.NewInProgress("cloning", 3*time.Second), wait: waitPoll}},
+			want:   requeue{after: 3 * time.Second},
+		},
+		"In progress without a delay": {
+			reason: "an InProgress that names no delay is polled",
+			args:   args{obs: observation{providerErr: provider.NewInProgress("cloning", 0)}},
+			want:   requeue{after: iv.poll},
+		},
+		"Transient": {
+			reason: "transient failures back off per Proxy",
+			args:   args{obs: observation{providerErr: transient}},
+			want:   requeue{backoff: true},
+		},
+		"Permanent": {
+			reason: "a permanent failure is latched: only a human's change triggers the next look",
+			args:   args{obs: observation{providerErr: permanent}},
+			want:   requeue{},
+		},
+		"Permanent while deleting": {
+			reason: "a finalizer must never wait behind a latch: deletion failures back off and retry",
+			args:   args{obs: observation{providerErr: permanent, deleting: true}},
+			want:   requeue{backoff: true},
+		},
+		"Unclassified delete failure": {
+			reason: "an entry missing from the configuration during deletion is retried with backoff",
+			args:   args{obs: observation{providerErr: errors.New("entry not configured"), deleting: true}},
+			want:   requeue{backoff: true},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := decideRequeue(tc.args.obs, iv)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(requeue{})); diff != "" {
+				t.Errorf("%s\ndecideRequeue(...): -want, +got:\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
