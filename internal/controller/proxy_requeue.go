@@ -76,9 +76,10 @@ func decideRequeue(obs observation, iv intervals) requeue {
 			return requeue{after: cacheDelay}
 		case waitReplacement:
 			return requeue{after: obs.replacementWait}
-		default:
+		case waitEvent:
 			return requeue{}
 		}
+		return requeue{}
 	case provider.IsInProgress(err):
 		// Whatever step returned it, come back after the delay the provider
 		// asked for, or the poll interval when it named none.

@@ -24,7 +24,7 @@ func TestDecideRequeue(t *testing.T) {
 	}{
 		"Invalid spec": {
 			reason: "a spec that does not resolve waits for the user's edit, which is an event",
-			args:   args{obs: observation{specErr: errors.New("no zone")}},
+			args:   args{obs: observation{specErr: errors.New("no zone"), wait: waitEvent}},
 			want:   requeue{},
 		},
 		"Instance coming up": {
@@ -56,6 +56,26 @@ func TestDecideRequeue(t *testing.T) {
 			reason: "a cache behind the API server gets a moment to catch up",
 			args:   args{obs: observation{wait: waitCache}},
 			want:   requeue{after: cacheDelay},
+		},
+		"Successor waits out the replacement backoff": {
+			reason: "a replaced instance's successor is created only after the backoff that grows with each replacement",
+			args:   args{obs: observation{wait: waitReplacement, replacementWait: 40 * time.Second}},
+			want:   requeue{after: 40 * time.Second},
+		},
+		"Replacement loop": {
+			reason: "too many replacements stop the Proxy: only the retry annotation, an event, starts a new window",
+			args:   args{obs: observation{wait: waitEvent, replacementLoop: "replaced 6 times"}},
+			want:   requeue{},
+		},
+		"Create queued behind the entry's cap": {
+			reason: "a create over the entry's concurrency cap is tried again at the poll interval",
+			args:   args{obs: observation{wait: waitPoll, createQueued: 10}},
+			want:   requeue{after: iv.poll},
+		},
+		"Refused read": {
+			reason: "a 401/403 on a read is transient: the Proxy keeps its status and the read backs off",
+			args:   args{obs: observation{providerErr: provider.NewRefused(errors.New("401 token expired"), "rotate the token"), wait: waitResync}},
+			want:   requeue{backoff: true},
 		},
 		"In progress with a delay": {
 			reason: "the provider knows when its task will be worth looking at",
