@@ -83,9 +83,12 @@ func TestProxyGoesReadyAndKeepsSecretsOutOfEveryOutput(t *testing.T) {
 		n, err := testutil.GatherAndCount(op.reg, "egress_proxies_proxies")
 		return err == nil && n == 1, "proxies gauge series missing"
 	})
-	if got := testutil.CollectAndCount(op.metrics.CreateToReady); got != 1 {
-		t.Errorf("create_to_ready series = %d, want 1", got)
-	}
+	// Observed when Ready is announced, just after the status patch the
+	// test saw: wait for it rather than race it.
+	eventually(t, 5*time.Second, func() (bool, string) {
+		got := testutil.CollectAndCount(op.metrics.CreateToReady)
+		return got == 1, fmt.Sprintf("create_to_ready series = %d, want 1", got)
+	})
 	// One transition to Ready is announced once, even when a reconcile
 	// works from a cached copy that predates the Ready status.
 	consistently(t, 500*time.Millisecond, func() (bool, string) {
