@@ -457,3 +457,46 @@ providers:
 		t.Errorf("instances = %d, want 0: nothing may be created from an unresolvable spec", n)
 	}
 }
+
+// TestDeleteNeverTouchesAnotherProxysInstance is #12 item 1: a Proxy whose
+// status names another Proxy's instance (a status edited by hand, or the
+// advice to recreate a Failed Proxy followed with a copied status) is deleted
+// without deleting that instance.
+func TestDeleteNeverTouchesAnotherProxysInstance(t *testing.T) {
+	ns := newNamespace(t)
+	op := startOperator(t, operatorOptions{namespace: ns})
+	ctx := context.Background()
+	for _, name := range []string{"a", "b"} {
+		if err := k8s.Create(ctx, newProxy(ns, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := waitPhase(t, ns, "a", crawlv1alpha1.ProxyPhaseReady, crawlv1alpha1.ReasonInstanceRunning)
+	b := waitPhase(t, ns, "b", crawlv1alpha1.ProxyPhaseReady, crawlv1alpha1.ReasonInstanceRunning)
+
+	// A's status now names B's instance.
+	patch := client.MergeFrom(a.DeepCopy())
+	a.Status.InstanceID = b.Status.InstanceID
+	if err := k8s.Status().Patch(ctx, a, patch); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, func() (bool, string) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "a"}, &crawlv1alpha1.Proxy{})
+		return apierrors.IsNotFound(err), "proxy a still exists"
+	})
+	for _, c := range op.fake.Calls() {
+		if c.Op == provider.OpDelete && c.ID == provider.ID(b.Status.InstanceID) {
+			t.Fatalf("Delete was called on proxy b's instance %s", b.Status.InstanceID)
+		}
+	}
+	found := false
+	for _, in := range op.fake.Instances() {
+		found = found || in.ID == provider.ID(b.Status.InstanceID)
+	}
+	if !found {
+		t.Errorf("proxy b's instance %s is gone", b.Status.InstanceID)
+	}
+}

@@ -68,7 +68,18 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.
 // may have reached the provider without its ID reaching the status).
 func (r *ProxyReconciler) instancesOf(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider) ([]provider.ID, error) {
 	if p.Status.InstanceID != "" {
-		return []provider.ID{provider.ID(p.Status.InstanceID)}, nil
+		id := provider.ID(p.Status.InstanceID)
+		// A recorded ID may name another Proxy's instance (a status edited by
+		// hand or copied from another object): never delete that one. Any
+		// other answer goes on to Delete, which is idempotent, leaves
+		// unmarked instances alone and cleans up what a gone instance left.
+		if inst, err := prov.Get(ctx, id); err == nil && inst.OwnerUID != "" && inst.OwnerUID != string(p.UID) {
+			r.event(p, corev1.EventTypeWarning, eventForeignInstance, "Delete",
+				"Recorded instance %s belongs to another Proxy (owner UID %s): left alone, and this Proxy's own instance counts as gone",
+				id, inst.OwnerUID)
+			return nil, nil
+		}
+		return []provider.ID{id}, nil
 	}
 	all, err := prov.ListByTag(ctx)
 	if err != nil {

@@ -31,7 +31,10 @@ const (
 	// eventReleasedWithoutCleanup: the finalizer was released by
 	// annotation; the instance may be left.
 	eventReleasedWithoutCleanup = "ReleasedWithoutCleanup"
-	eventReplacementLoop        = crawlv1alpha1.ReasonReplacementLoop
+	// eventForeignInstance: the recorded instance belongs to another Proxy
+	// and was left alone on delete.
+	eventForeignInstance = "ForeignInstance"
+	eventReplacementLoop = crawlv1alpha1.ReasonReplacementLoop
 )
 
 // reconcileNormal drives a Proxy that is not being deleted: one provider
