@@ -144,31 +144,30 @@ type Budgets struct {
 	Shutdown *metav1.Duration `json:"shutdown,omitempty"`
 }
 
-func durOr(d *metav1.Duration, def time.Duration) time.Duration {
-	if d == nil || d.Duration == 0 {
-		return def
-	}
-	return d.Duration
-}
-
 // PollInterval returns the poll interval, defaulted.
 func (b *Block) PollInterval() time.Duration {
-	return durOr(b.Budgets.PollInterval, DefaultPollInterval)
+	return config.DurationOr(b.Budgets.PollInterval, DefaultPollInterval)
 }
 
 // RunningBudget returns the running budget, defaulted.
-func (b *Block) RunningBudget() time.Duration { return durOr(b.Budgets.Running, DefaultRunningBudget) }
+func (b *Block) RunningBudget() time.Duration {
+	return config.DurationOr(b.Budgets.Running, DefaultRunningBudget)
+}
 
 // DialTimeout returns the SSH dial timeout, defaulted.
-func (b *Block) DialTimeout() time.Duration { return durOr(b.Budgets.Dial, DefaultDialTimeout) }
+func (b *Block) DialTimeout() time.Duration {
+	return config.DurationOr(b.Budgets.Dial, DefaultDialTimeout)
+}
 
 // KeepaliveInterval returns the SSH keepalive interval, defaulted.
 func (b *Block) KeepaliveInterval() time.Duration {
-	return durOr(b.Budgets.Keepalive, DefaultKeepalive)
+	return config.DurationOr(b.Budgets.Keepalive, DefaultKeepalive)
 }
 
 // ShutdownBudget returns the graceful shutdown budget, defaulted.
-func (b *Block) ShutdownBudget() time.Duration { return durOr(b.Budgets.Shutdown, DefaultShutdown) }
+func (b *Block) ShutdownBudget() time.Duration {
+	return config.DurationOr(b.Budgets.Shutdown, DefaultShutdown)
+}
 
 // GuestAgent reports whether the seed installs the guest agent.
 func (b *Block) GuestAgent() bool { return b.InstallGuestAgent == nil || *b.InstallGuestAgent }

@@ -106,26 +106,19 @@ type Budgets struct {
 	Running *metav1.Duration `json:"running,omitempty"`
 }
 
-func durOr(d *metav1.Duration, def time.Duration) time.Duration {
-	if d == nil || d.Duration == 0 {
-		return def
-	}
-	return d.Duration
-}
-
 // PollInterval returns the poll interval, defaulted.
 func (b *Block) PollInterval() time.Duration {
-	return durOr(b.Budgets.PollInterval, DefaultPollInterval)
+	return config.DurationOr(b.Budgets.PollInterval, DefaultPollInterval)
 }
 
 // CloneBudget returns the clone budget, defaulted.
 func (b *Block) CloneBudget() time.Duration {
-	return durOr(b.Budgets.Clone, DefaultCloneBudget)
+	return config.DurationOr(b.Budgets.Clone, DefaultCloneBudget)
 }
 
 // RunningBudget returns the running budget, defaulted.
 func (b *Block) RunningBudget() time.Duration {
-	return durOr(b.Budgets.Running, DefaultRunBudget)
+	return config.DurationOr(b.Budgets.Running, DefaultRunBudget)
 }
 
 // VMIDs returns the VMID range, defaulted.
