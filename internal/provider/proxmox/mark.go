@@ -49,14 +49,15 @@ func parseMark(desc string) (mark, bool) {
 	for line := range strings.SplitSeq(desc, "\n") {
 		line = strings.TrimSpace(line)
 		switch {
-		// Values are trimmed as markValue writes them, so that what is
-		// read is what would be written back.
+		// Values go through markValue, as they are written (a lone
+		// carriage return inside a line included), so that what is read is
+		// what would be written back.
 		case strings.HasPrefix(line, markOwnerUID):
-			m.OwnerUID = strings.TrimSpace(strings.TrimPrefix(line, markOwnerUID))
+			m.OwnerUID = markValue(strings.TrimPrefix(line, markOwnerUID))
 		case strings.HasPrefix(line, markName):
-			m.Name = strings.TrimSpace(strings.TrimPrefix(line, markName))
+			m.Name = markValue(strings.TrimPrefix(line, markName))
 		case strings.HasPrefix(line, markOwner):
-			m.Owner = strings.TrimSpace(strings.TrimPrefix(line, markOwner))
+			m.Owner = markValue(strings.TrimPrefix(line, markOwner))
 		case strings.HasPrefix(line, markCreatedAt):
 			if t, err := time.Parse(time.RFC3339, strings.TrimPrefix(line, markCreatedAt)); err == nil {
 				m.CreatedAt = t
