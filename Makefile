@@ -67,6 +67,11 @@ test: verify-generated vet libvirt-world ## Everything CI runs: generated files 
 	$(MAKE) fuzz
 	$(MAKE) lint
 
+.PHONY: chaos
+chaos: ## The long chaos run on the simulator (400 Proxies; CHAOS_SEED=<n> replays one, CHAOS_PROXIES=<n> resizes it; docs/testing.md).
+	@assets=$$(hack/envtest/setup.sh) && KUBEBUILDER_ASSETS="$$assets" CHAOS_LONG=1 \
+		$(GO) test -race -count=1 -timeout 90m -run '^TestChaos$$' -v ./internal/e2e/chaos/
+
 .PHONY: libvirt-world
 libvirt-world: ## Install the libvirt test world's Debian packages (when missing) and build (once, cached) the real guest image.
 	@hack/libvirt/install-packages.sh
@@ -81,7 +86,8 @@ test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and co
 # controller package's TestMain from starting a control plane.
 FUZZ_TARGETS := ./internal/config:FuzzParse ./internal/controller:FuzzTruncateMessage \
 	./internal/cloudinit:FuzzRender ./internal/provider/proxmox:FuzzMarkRoundTrip \
-	./internal/provider/proxmox:FuzzParseMark ./internal/provider/proxmox:FuzzAPIAnswers
+	./internal/provider/proxmox:FuzzParseMark ./internal/provider/proxmox:FuzzAPIAnswers \
+	./internal/forwardproxy:FuzzParseConnectHead
 FUZZTIME ?= 10s
 
 .PHONY: fuzz
@@ -140,7 +146,7 @@ docker-push: ## Push the image IMG (needs a Docker engine and the registry's cre
 	$(CONTAINER_TOOL) push $(IMG)
 
 .PHONY: bench
-bench: ## Measure API calls, convergence and memory of the proxmox provider against the simulator (ARGS='--proxies 1,100'); ARGS='--provider kvm2' measures the kvm2 provider on the real libvirt lab (BENCH_DOMAINS=100).
+bench: ## Measure the operator's API calls, convergence, CPU and RSS against the Proxmox VE simulator (ARGS='--proxies 1,100') or, with ARGS='--provider kubernetes', the API server; ARGS='--provider kvm2' measures the kvm2 provider on the real libvirt lab (BENCH_DOMAINS=100).
 	@case " $(ARGS) " in \
 	  *" --provider kvm2 "*|*" --provider=kvm2 "*) \
 	    $(GO) test -run '^$$' -bench 'BenchmarkKVM2' -benchtime 1x -timeout 30m ./internal/provider/libvirt/ ;; \

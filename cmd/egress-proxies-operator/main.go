@@ -11,9 +11,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -21,6 +25,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
@@ -31,7 +36,6 @@ var version = "dev"
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 
 type flags struct {
 	providersConfig       string
@@ -53,6 +57,9 @@ type flags struct {
 	enableHTTP2           bool
 	checkConfigAndExit    bool
 	proxyImage            string
+	operatorNamespace     string
+	installationID        string
+	namespaces            string
 }
 
 func main() {
@@ -94,6 +101,13 @@ func main() {
 	fs.BoolVar(&f.checkConfigAndExit, "check-config", false, "Validate the providers configuration, print a summary and exit.")
 	fs.StringVar(&f.proxyImage, "proxy-image", os.Getenv("OPERATOR_IMAGE"),
 		"The operator's own container image, run by kubernetes provider pods with the proxy subcommand (default: $OPERATOR_IMAGE).")
+	fs.StringVar(&f.operatorNamespace, "operator-namespace", defaultNamespace(os.Getenv, os.ReadFile),
+		"The operator's own namespace, where it keeps the ownership key Secret (default: $POD_NAMESPACE, else the service account's namespace).")
+	fs.StringVar(&f.installationID, "installation-id", "",
+		"This installation's ID, carried in every instance's mark: operators with different IDs never touch each other's instances (default: the operator's namespace).")
+	fs.StringVar(&f.namespaces, "namespaces", "",
+		"Comma-separated namespaces whose Proxies and ProxyPools the operator serves; empty serves every namespace "+
+			"(and needs the rights of namespace-role in all of them).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
 	flag.Parse()
@@ -116,6 +130,11 @@ func run(ctx context.Context, f flags) error {
 			fmt.Printf("%s (%s): zones %v, %d machine types, images %v\n", e.Name, e.Type, e.Zones, len(e.MachineTypes), e.Images)
 		}
 		return nil
+	}
+
+	namespaces, err := setup.ParseNamespaces(f.namespaces)
+	if err != nil {
+		return fmt.Errorf("--namespaces: %w", err)
 	}
 
 	tracer, shutdownTracing, err := tracing.Setup(ctx, os.Getenv, version)
@@ -143,6 +162,13 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return fmt.Errorf("reaching the API server: %w", err)
 	}
+	if err := setup.CheckNamespaceAccess(ctx, restConfig, namespaces); err != nil {
+		return err
+	}
+	id, err := loadOwnership(ctx, restConfig, f)
+	if err != nil {
+		return err
+	}
 	var prober probe.Prober
 	if f.probe {
 		prober = &probe.HTTP{Timeout: f.probeTimeout}
@@ -151,6 +177,8 @@ func run(ctx context.Context, f flags) error {
 		RestConfig: restConfig,
 		Config:     cfg,
 		OwnImage:   f.proxyImage,
+		Ownership:  id,
+		Namespaces: namespaces,
 		Manager: ctrl.Options{
 			Metrics:                 metricsOpts,
 			HealthProbeBindAddress:  f.probeAddr,
@@ -168,9 +196,64 @@ func run(ctx context.Context, f flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("starting", "version", version, "providers", op.EntryNames(), "tracing", tracing.Enabled(os.Getenv))
+	served := any(namespaces)
+	if len(namespaces) == 0 {
+		served = "all"
+	}
+	log.Info("starting", "version", version, "providers", op.EntryNames(), "namespaces", served, "installation", id.Installation(), "tracing", tracing.Enabled(os.Getenv))
 	if err := op.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// serviceAccountNamespace is where a pod's service account namespace is
+// mounted.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// defaultNamespace is the operator's namespace as the pod knows it: the
+// downward API's POD_NAMESPACE, else the service account's; empty outside
+// a pod.
+func defaultNamespace(getenv func(string) string, readFile func(string) ([]byte, error)) string {
+	if ns := getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	if b, err := readFile(serviceAccountNamespace); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
+}
+
+// installation is the installation ID the flags give: --installation-id,
+// else the operator's namespace. Two installations in one cluster live in
+// two namespaces, so the default keeps them apart; their keys differ too.
+func installation(f flags) (string, error) {
+	id := f.installationID
+	if id == "" {
+		id = f.operatorNamespace
+	}
+	if id == "" {
+		return "", errors.New("no installation ID: set --installation-id, or --operator-namespace outside a pod")
+	}
+	return id, nil
+}
+
+// loadOwnership reads (or, at the first start, creates) the key Secret in
+// the operator's namespace, with a client of its own: the manager's cache
+// holds no Secrets and is not started yet.
+func loadOwnership(ctx context.Context, restConfig *rest.Config, f flags) (*ownership.Identity, error) {
+	installationID, err := installation(f)
+	if err != nil {
+		return nil, err
+	}
+	if f.operatorNamespace == "" {
+		return nil, errors.New("the operator's namespace is unknown: set --operator-namespace (or POD_NAMESPACE) outside a pod")
+	}
+	c, err := client.New(restConfig, client.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("building a client for the ownership key: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return ownership.LoadOrCreate(ctx, c, ownership.KeyRef{Namespace: f.operatorNamespace, Name: ownership.DefaultKeySecret}, installationID)
 }

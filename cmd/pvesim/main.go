@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,9 +32,9 @@ func main() {
 
 // options are the command-line flags.
 type options struct {
-	config, listen, admin, caOut, tokenOut string
-	speed                                  float64
-	tls, guests                            bool
+	config, listen, admin, caOut, tokenOut, addrOut string
+	speed                                           float64
+	tls, guests                                     bool
 }
 
 // parseFlags reads the command line.
@@ -49,6 +50,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs.BoolVar(&o.guests, "guests", true, "run, in each running VM with a NoCloud seed, the forward proxy its user-data configures, on the VM's loopback address")
 	fs.StringVar(&o.caOut, "ca-out", "", "write the CA certificate (PEM) to this file")
 	fs.StringVar(&o.tokenOut, "token-out", "", "write the first token as <user>@<realm>!<tokenid>=<secret> to this file")
+	fs.StringVar(&o.addrOut, "addr-out", "", `once serving, write {"api": URL, "admin": URL} (JSON) to this file; with --listen 127.0.0.1:0 a parent process learns the ports from it`)
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("parse flags: %w", err)
 	}
@@ -106,14 +108,44 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		_, _ = fmt.Fprintf(out, "pvesim: token %s written to %s\n", tk.ID, o.tokenOut)
 	}
+	var adminURL string
 	if o.admin != "" {
-		adminURL, err := sim.ServeAdmin(ctx, o.admin)
-		if err != nil {
+		if adminURL, err = sim.ServeAdmin(ctx, o.admin); err != nil {
 			return fmt.Errorf("serve admin: %w", err)
 		}
 		_, _ = fmt.Fprintf(out, "pvesim: admin at %s/admin/\n", adminURL)
 	}
+	if o.addrOut != "" {
+		if err := writeAddresses(o.addrOut, Addresses{API: url, Admin: adminURL}); err != nil {
+			return err
+		}
+	}
 	<-ctx.Done()
 	_, _ = fmt.Fprintln(out, "pvesim: shutting down")
+	return nil
+}
+
+// Addresses is what --addr-out writes: the base URLs the simulator serves.
+type Addresses struct {
+	// API is the API's base URL, without /api2/json.
+	API string `json:"api"`
+	// Admin is the admin API's base URL; empty when --admin is empty.
+	Admin string `json:"admin,omitempty"`
+}
+
+// writeAddresses writes a to path through a temporary file and a rename, so
+// that a reader polling for the file never sees it half written.
+func writeAddresses(path string, a Addresses) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encode addresses: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write addresses: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write addresses: %w", err)
+	}
 	return nil
 }

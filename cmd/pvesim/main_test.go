@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -67,6 +69,60 @@ func TestRunWritesFilesAndStops(t *testing.T) {
 	}
 	if b, err := os.ReadFile(tok); err != nil || !strings.HasPrefix(string(b), "proxmox-provider@pve!operator=") {
 		t.Errorf("token file: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+}
+
+// TestRunWritesAddresses: with ports chosen by the kernel, --addr-out tells
+// a parent process where the API and the admin API are, and both answer
+// there (the benchmark runs the simulator as a child process this way).
+func TestRunWritesAddresses(t *testing.T) {
+	addrFile := filepath.Join(t.TempDir(), "addr.json")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--config", "example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+			"--tls=false", "--guests=false", "--addr-out", addrFile}, out)
+	}()
+	var a Addresses
+	poll.Until(t, 10*time.Second, func() (bool, string) {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended early: %v\n%s", err, out.String())
+		default:
+		}
+		b, err := os.ReadFile(addrFile)
+		if err != nil {
+			return false, err.Error()
+		}
+		if err := json.Unmarshal(b, &a); err != nil {
+			t.Fatalf("%s: %v (%q)", addrFile, err, b)
+		}
+		return true, ""
+	})
+	get := func(u string) int {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", u, err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	// Unauthenticated: 401 from the API proves it is the simulator.
+	if code := get(a.API + "/api2/json/version"); code != http.StatusUnauthorized {
+		t.Errorf("GET %s/api2/json/version: %d, want 401", a.API, code)
+	}
+	if code := get(a.Admin + "/admin/bytes"); code != http.StatusOK {
+		t.Errorf("GET %s/admin/bytes: %d, want 200", a.Admin, code)
 	}
 	cancel()
 	if err := <-done; err != nil {

@@ -212,7 +212,14 @@ func (m measurement) rps() float64 { return float64(m.ok) / m.elapsed.Seconds() 
 // measure runs the scenario with o.concurrency workers until o.requests
 // were sent or o.duration passed.
 func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement {
-	ctx, cancel := context.WithTimeout(ctx, o.duration)
+	start := time.Now()
+	// The clock, not ctx.Err(), ends the run: the context's timer may fire
+	// a little after its deadline, and requests started in between fail
+	// at once on their connections' deadline, which is not a failure of
+	// the proxy. The context's deadline is that same instant, so that a
+	// request it cuts short is never counted as failed either.
+	end := start.Add(o.duration)
+	ctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	var (
 		sent atomic.Int64
@@ -221,12 +228,6 @@ func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement
 		lats []time.Duration
 		wg   sync.WaitGroup
 	)
-	start := time.Now()
-	// The clock, not ctx.Err(), ends the run: the context's timer may fire
-	// a little after its deadline, and requests started in between fail
-	// at once on their connections' deadline, which is not a failure of
-	// the proxy.
-	end := start.Add(o.duration)
 	for range o.concurrency {
 		wg.Go(func() {
 			do := mk()

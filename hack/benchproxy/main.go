@@ -33,6 +33,11 @@ type options struct {
 	rounds      int
 	install     bool
 	command     string // how the run was started, for the table's header
+	// scenarios are the names of the scenarios to run; empty: all.
+	scenarios []string
+	// profile, when set, is a directory where our proxy writes its CPU
+	// profile of the whole run and its allocation profile at the end.
+	profile string
 }
 
 func main() {
@@ -44,7 +49,7 @@ func main() {
 
 func mainErr() error {
 	if addr := os.Getenv(childEnv); addr != "" {
-		return runChild(addr)
+		return runChild(addr, os.Getenv(childProfileEnv))
 	}
 	var o options
 	var proxies string
@@ -55,8 +60,14 @@ func mainErr() error {
 	flag.IntVar(&o.idle, "idle-tunnels", 1000, "Idle CONNECT tunnels opened for the memory figure.")
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds of every scenario through every proxy; the median round is reported.")
 	flag.BoolVar(&o.install, "install", true, "Install tinyproxy and squid with apt-get when they are missing.")
+	var only string
+	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\"); empty: all.")
+	flag.StringVar(&o.profile, "profile", "", "Directory where our proxy writes cpu.pprof (the whole run) and allocs.pprof (at the end).")
 	flag.Parse()
 	o.proxies = strings.Split(proxies, ",")
+	if only != "" {
+		o.scenarios = strings.Split(only, ",")
+	}
 	o.command = "make bench-proxy"
 	if len(os.Args) > 1 {
 		o.command += " ARGS='" + strings.Join(os.Args[1:], " ") + "'"
@@ -73,6 +84,10 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	if o.requests < 1 || o.duration <= 0 || o.concurrency < 1 || o.idle < 0 || o.rounds < 1 {
 		return errors.New("--requests, --duration, --concurrency and --rounds must be positive")
 	}
+	scs, err := selectScenarios(o.scenarios)
+	if err != nil {
+		return err
+	}
 	raiseFileLimit()
 	org, err := startOrigin(ctx)
 	if err != nil {
@@ -80,7 +95,7 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	}
 	defer org.close()
 
-	res := &results{opts: o, started: time.Now()}
+	res := &results{opts: o, scenarios: scs, started: time.Now(), loadBefore: loadAverage()}
 	var procs []*proxyProc
 	defer func() {
 		for _, p := range procs {
@@ -92,7 +107,7 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 			res.missing = append(res.missing, name)
 			continue
 		}
-		p, err := startProxy(ctx, name)
+		p, err := startProxy(ctx, name, o.profile)
 		if err != nil {
 			return err
 		}
@@ -102,13 +117,13 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	// Rounds interleave the proxies, so that a burst of load from
 	// elsewhere on the machine hits all of them alike; each figure is the
 	// round with the median throughput.
-	direct := make([][]measurement, len(scenarios))
+	direct := make([][]measurement, len(scs))
 	rounds := make([][][]measurement, len(procs))
 	for i := range procs {
-		rounds[i] = make([][]measurement, len(scenarios))
+		rounds[i] = make([][]measurement, len(scs))
 	}
 	for round := range o.rounds {
-		for si, sc := range scenarios {
+		for si, sc := range scs {
 			log("round %d/%d: %s: direct", round+1, o.rounds, sc.name)
 			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, o.concurrency)))
 			for pi, p := range procs {
@@ -123,12 +138,12 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 			}
 		}
 	}
-	for si := range scenarios {
+	for si := range scs {
 		res.direct = append(res.direct, median(direct[si]))
 	}
 	for pi, p := range procs {
 		r := proxyResult{name: p.name}
-		for si := range scenarios {
+		for si := range scs {
 			r.scenarios = append(r.scenarios, median(rounds[pi][si]))
 		}
 		log("%s: %d idle tunnels", p.name, o.idle)
@@ -137,7 +152,52 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 		}
 		res.proxies = append(res.proxies, r)
 	}
+	res.loadAfter = loadAverage()
+	// Our proxy writes its profiles when it is stopped.
+	for _, p := range procs {
+		p.stop()
+	}
 	return res.write(w)
+}
+
+// selectScenarios returns the scenarios named, in their usual order; no
+// names: all of them.
+func selectScenarios(names []string) ([]scenario, error) {
+	if len(names) == 0 {
+		return scenarios, nil
+	}
+	var out []scenario
+	for _, sc := range scenarios {
+		if slices.Contains(names, sc.name) {
+			out = append(out, sc)
+		}
+	}
+	if len(out) != len(names) {
+		return nil, fmt.Errorf("--scenarios %q: the scenarios are %q", names, scenarioNames())
+	}
+	return out, nil
+}
+
+func scenarioNames() []string {
+	var names []string
+	for _, sc := range scenarios {
+		names = append(names, sc.name)
+	}
+	return names
+}
+
+// loadAverage is the machine's load over the last minute, from
+// /proc/loadavg: the run shares the machine, and the tables say how busy
+// it was.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
 }
 
 // median returns the round with the median throughput, with the CPU time

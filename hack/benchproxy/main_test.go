@@ -15,7 +15,7 @@ import (
 // bench's own binary is under `make bench-proxy`.
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(childEnv); addr != "" {
-		if err := runChild(addr); err != nil {
+		if err := runChild(addr, os.Getenv(childProfileEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "benchproxy child:", err)
 			os.Exit(1)
 		}

@@ -8,9 +8,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -31,10 +34,29 @@ const (
 // measured like tinyproxy's and squid's.
 const childEnv = "BENCHPROXY_CHILD_LISTEN"
 
-// runChild serves our forward proxy on addr until the process is killed,
-// configured as a proxy pod runs it (basic auth, default limits), with the
-// egress policy widened to loopback, where the bench's origin listens.
-func runChild(addr string) error {
+// childProfileEnv names the directory where the child writes its profiles.
+const childProfileEnv = "BENCHPROXY_CHILD_PROFILE"
+
+// runChild serves our forward proxy on addr until the process is
+// terminated, configured as a proxy pod runs it (basic auth, default
+// limits), with the egress policy widened to loopback, where the bench's
+// origin listens. With a profile directory, it records a CPU profile from
+// start to end and writes it, with the allocation profile, when it is
+// terminated.
+func runChild(addr, profileDir string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if profileDir != "" {
+		stopProfile, err := startProfile(profileDir)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stopProfile(); err != nil {
+				fmt.Fprintln(os.Stderr, "benchproxy child: profile:", err)
+			}
+		}()
+	}
 	metrics, err := forwardproxy.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		return err
@@ -52,19 +74,46 @@ func runChild(addr string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
-	return forwardproxy.ServeWith(context.Background(), ln, p, forwardproxy.ServeOptions{})
+	return forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{})
+}
+
+// startProfile starts the CPU profile into dir/cpu.pprof; the function it
+// returns stops it and writes the allocation profile to dir/allocs.pprof.
+func startProfile(dir string) (func() error, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil { //nolint:gosec // G703: the directory the bench was given on its command line.
+		return nil, err
+	}
+	cpu, err := os.Create(filepath.Join(dir, "cpu.pprof")) //nolint:gosec // G304: the directory the bench was given.
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		_ = cpu.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		errs := []error{cpu.Close()}
+		allocs, err := os.Create(filepath.Join(dir, "allocs.pprof")) //nolint:gosec // G304: the directory the bench was given.
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		errs = append(errs, pprof.Lookup("allocs").WriteTo(allocs, 0), allocs.Close())
+		return errors.Join(errs...)
+	}, nil
 }
 
 // proxyProc is one proxy under test, running in its own process.
 type proxyProc struct {
-	name string
-	addr string
-	cmd  *exec.Cmd
-	dir  string
+	name    string
+	addr    string
+	cmd     *exec.Cmd
+	dir     string
+	stopped bool
 }
 
 // pids returns the process and its children (squid's helpers): memory and
@@ -138,15 +187,38 @@ func (p *proxyProc) rssKiB() int64 {
 	return total
 }
 
+// stop ends the proxy: ours is asked to stop (it writes its profiles
+// then) and killed if it does not within stopGrace; the others are killed.
 func (p *proxyProc) stop() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
 	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
+		if p.name != "ours" || p.cmd.Process.Signal(syscall.SIGTERM) != nil {
+			_ = p.cmd.Process.Kill()
+		}
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			_ = p.cmd.Wait()
+		}()
+		grace := time.NewTimer(stopGrace)
+		defer grace.Stop()
+		select {
+		case <-exited:
+		case <-grace.C:
+			_ = p.cmd.Process.Kill()
+			<-exited
+		}
 	}
 	if p.dir != "" {
 		_ = os.RemoveAll(p.dir)
 	}
 }
+
+// stopGrace is how long our proxy may take to stop and write its profiles.
+const stopGrace = 10 * time.Second
 
 // freePort returns a loopback address that is free now.
 func freePort(ctx context.Context) (string, error) {
@@ -160,7 +232,7 @@ func freePort(ctx context.Context) (string, error) {
 
 // startProxy starts the named proxy on a free loopback port and waits until
 // it accepts connections.
-func startProxy(ctx context.Context, name string) (*proxyProc, error) {
+func startProxy(ctx context.Context, name, profileDir string) (*proxyProc, error) {
 	addr, err := freePort(ctx)
 	if err != nil {
 		return nil, err
@@ -174,7 +246,7 @@ func startProxy(ctx context.Context, name string) (*proxyProc, error) {
 			return nil, err
 		}
 		p.cmd = exec.CommandContext(ctx, self) //nolint:gosec // G204: this very program, re-executed.
-		p.cmd.Env = append(os.Environ(), childEnv+"="+addr)
+		p.cmd.Env = append(os.Environ(), childEnv+"="+addr, childProfileEnv+"="+profileDir)
 	case "tinyproxy":
 		if p.dir, err = os.MkdirTemp("", "benchproxy-tinyproxy-"); err != nil {
 			return nil, err

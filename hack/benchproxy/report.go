@@ -27,11 +27,15 @@ func (r proxyResult) perTunnelKiB() float64 {
 }
 
 type results struct {
-	opts    options
-	started time.Time
-	direct  []measurement
-	proxies []proxyResult
-	missing []string
+	opts      options
+	scenarios []scenario // the scenarios run, in order
+	started   time.Time
+	// loadBefore and loadAfter are the one-minute load averages at the
+	// start and at the end of the run.
+	loadBefore, loadAfter string
+	direct                []measurement
+	proxies               []proxyResult
+	missing               []string
 }
 
 func (r *results) find(name string) (proxyResult, bool) {
@@ -76,8 +80,15 @@ func machine() string {
 func (r *results) verdict(i int, ours measurement) string {
 	var parts []string
 	if t, ok := r.find("tinyproxy"); ok {
-		ratio := ours.rps() / t.scenarios[i].rps()
-		parts = append(parts, fmt.Sprintf("throughput %.2f× tinyproxy's (≥ 1: %s)", ratio, met(ratio >= 1)))
+		ref := t.scenarios[i]
+		ratio := ours.rps() / ref.rps()
+		perCPU := ""
+		if ours.cpu > 0 && ours.bytes > 0 && ref.cpu > 0 && ref.bytes > 0 {
+			// On a shared machine the throughput follows the CPU each
+			// proxy got; the work done per CPU second does not.
+			perCPU = fmt.Sprintf("; per CPU second %.2f×", (float64(ours.bytes)/ours.cpu)/(float64(ref.bytes)/ref.cpu))
+		}
+		parts = append(parts, fmt.Sprintf("throughput %.2f× tinyproxy's (≥ 1: %s%s)", ratio, met(ratio >= 1), perCPU))
 	}
 	if s, ok := r.find("squid"); ok {
 		ratio := float64(ours.p99) / float64(max(s.scenarios[i].p99, time.Microsecond))
@@ -99,14 +110,14 @@ func met(ok bool) string {
 // write prints the Markdown tables.
 func (r *results) write(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Measured %s on %s with `%s`: %d rounds of at most %d requests or %s per scenario and proxy (the median round shown), %d concurrent clients, %d idle tunnels.\n\n",
-		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.rounds, r.opts.requests, r.opts.duration, r.opts.concurrency, r.opts.idle)
+	fmt.Fprintf(&b, "Measured %s on %s with `%s`: %d rounds of at most %d requests or %s per scenario and proxy (the median round shown), %d concurrent clients, %d idle tunnels; load average (1 min) %s at the start, %s at the end.\n\n",
+		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.rounds, r.opts.requests, r.opts.duration, r.opts.concurrency, r.opts.idle, r.loadBefore, r.loadAfter)
 	if len(r.missing) > 0 {
 		fmt.Fprintf(&b, "Not measured (not installed): %s.\n\n", strings.Join(r.missing, ", "))
 	}
 	b.WriteString("| Scenario | Proxy | Requests/s | p50 (ms) | p99 (ms) | p50 added (ms) | p99 added (ms) | CPU s/GB | Verdict |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
-	for i, sc := range scenarios {
+	for i, sc := range r.scenarios {
 		d := r.direct[i]
 		fmt.Fprintf(&b, "| %s | direct | %.0f | %s | %s | | | | baseline%s |\n", sc.name, d.rps(), ms(d.p50), ms(d.p99), notes(d))
 		for _, p := range r.proxies {

@@ -79,6 +79,13 @@ packages=(
 # the MAC as the client id so that libvirt's lease file names the guest by
 # its MAC, and cloud-init's own network rendering is switched off (the seeds
 # the operator writes carry no network-config).
+# At power-off the guest gives its lease back, so that a deleted proxy
+# leaves no lease in the network's lease list: systemd-networkd 252 sends no
+# DHCPRELEASE when it stops, whatever KeepConfiguration= and SendRelease=
+# say (observed: "DHCP lease lost", no packet on the bridge), so a unit
+# ordered after networkd (hence stopped before it) sends one per lease
+# networkd holds, from the leased address to the server that granted it,
+# with the lease's client id. dnsmasq's lease helper then drops the lease.
 read -r -d '' customize <<'HOOK' || true
 set -eu
 root="$1"
@@ -93,15 +100,68 @@ LinkLocalAddressing=no
 [DHCPv4]
 ClientIdentifier=mac
 UNIT
+cat >"$root/usr/local/sbin/egress-dhcp-release" <<'PY'
+#!/usr/bin/python3
+# Sends a DHCPRELEASE (RFC 2131 4.4.6) for each lease systemd-networkd holds.
+import os, socket, struct
+
+LEASES = "/run/systemd/netif/leases"
+for index in sorted(os.listdir(LEASES)) if os.path.isdir(LEASES) else []:
+    lease = {}
+    with open(os.path.join(LEASES, index)) as f:
+        for line in f:
+            if "=" in line and not line.startswith("#"):
+                key, value = line.rstrip("\n").split("=", 1)
+                lease[key] = value
+    addr, server = lease.get("ADDRESS"), lease.get("SERVER_ADDRESS")
+    if not addr or not server:
+        continue
+    try:
+        name = socket.if_indextoname(int(index))
+        with open("/sys/class/net/%s/address" % name) as f:
+            mac = bytes.fromhex(f.read().strip().replace(":", ""))
+        header = struct.pack("!BBBBIHH4s4s4s4s16s64s128s", 1, 1, 6, 0,
+                             int.from_bytes(os.urandom(4), "big"), 0, 0,
+                             socket.inet_aton(addr), bytes(4), bytes(4), bytes(4),
+                             mac.ljust(16, b"\0"), b"", b"")
+        options = bytes([99, 130, 83, 99, 53, 1, 7, 54, 4]) + socket.inet_aton(server)
+        if lease.get("CLIENTID"):
+            client_id = bytes.fromhex(lease["CLIENTID"])
+            options += bytes([61, len(client_id)]) + client_id
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, 68))
+            s.sendto(header + options + bytes([255]), (server, 67))
+        print("released", addr, "on", name, "to", server)
+    except (OSError, ValueError) as e:
+        print("not released:", addr, e)
+PY
+chmod 0755 "$root/usr/local/sbin/egress-dhcp-release"
+cat >"$root/etc/systemd/system/egress-dhcp-release.service" <<'UNIT'
+[Unit]
+Description=Give the DHCP leases back at power-off
+After=systemd-networkd.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/true
+ExecStop=/usr/local/sbin/egress-dhcp-release
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+chroot "$root" systemctl enable egress-dhcp-release.service
 # NoCloud only (no probing of cloud metadata services); C.UTF-8 because
 # minbase has no locales package to generate en_US.UTF-8; no SSH host keys
-# because the image has no sshd.
+# because the image has no sshd (an empty ssh_keys, since cloud-init 22.4's
+# schema refuses an empty ssh_genkeytypes list).
 cat >"$root/etc/cloud/cloud.cfg.d/90-egress-lab.cfg" <<'CFG'
 datasource_list: [ NoCloud, None ]
 network:
   config: disabled
 locale: C.UTF-8
-ssh_genkeytypes: []
+ssh_keys: {}
 CFG
 # tinyproxy serves only once cloud-init has written its configuration (the
 # rendered user-data enables and restarts it), never with the package's.

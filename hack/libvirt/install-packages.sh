@@ -21,6 +21,7 @@ packages=(
   e2fsprogs             # mkfs.ext4 -d: an image without loop mounts
   genisoimage           # isoinfo, for checking seeds by hand
   curl                  # requests through a guest's proxy from inside the namespace
+  cloud-init            # `cloud-init schema`: internal/cloudinit checks its user-data against the guest's schema
 )
 
 missing=()
@@ -51,3 +52,9 @@ if $need_update; then
   apt-get "${apt_opts[@]}" update -qq
 fi
 apt-get "${apt_opts[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# cloud-init is here only for its schema checker: it must never configure
+# this machine at boot (with no datasource it would take a new instance's
+# first boot and, among others, replace the SSH host keys).
+if [[ " ${missing[*]} " == *" cloud-init "* ]]; then
+  touch /etc/cloud/cloud-init.disabled
+fi

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -48,13 +49,21 @@ type GarbageCollector struct {
 	GracePeriod time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Log is the logger of the passes and of the provider calls they make;
+	// the zero value takes the one of Start's context. The manager hands its
+	// runnables a context without its logger, so the setup passes it here.
+	Log logr.Logger
 
 	// refusals collects the listings the providers refused, for
 	// ProviderHealth; nil records none.
 	refusals *refusalLog
 }
 
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch
+// Garbage collection lists the Proxies of every namespace, not only of the
+// namespaces the operator serves: an instance whose Proxy lives in a
+// namespace taken off the list (or served by another installation) is not
+// an orphan. Listing Proxies reads no credentials.
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=list
 
 // NeedLeaderElection makes only the leader collect.
 func (g *GarbageCollector) NeedLeaderElection() bool { return true }
@@ -64,6 +73,9 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 	interval := g.Interval
 	if interval == 0 {
 		interval = DefaultGCInterval
+	}
+	if g.Log.GetSink() != nil {
+		ctx = logr.NewContext(ctx, g.Log)
 	}
 	log := ctrl.LoggerFrom(ctx).WithName("gc")
 	t := time.NewTicker(interval)
@@ -81,7 +93,11 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 }
 
 // RunOnce runs one pass over every entry and returns how many instances it
-// deleted. An entry whose listing fails is skipped for this pass.
+// deleted. An entry whose listing fails is skipped for this pass. Entries
+// whose provider is a provider.Sweeper are then swept of what their deleted
+// instances left behind (seeds), before their instances are listed: what
+// this pass's deletions leave is swept at the next pass, once the deletes
+// finished.
 func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 	now, grace := time.Now, g.GracePeriod
 	if g.Now != nil {
@@ -113,6 +129,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 	var firstErr error
 	for _, name := range names {
 		prov := g.Providers[name]
+		g.sweep(ctx, name, prov)
 		instances, err := prov.ListByTag(ctx)
 		if err != nil {
 			if provider.IsRefused(err) {
@@ -162,4 +179,22 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return deleted, firstErr
+}
+
+// sweep removes what the instances of an entry left behind, when its
+// provider is a provider.Sweeper. A failure is logged and retried at the
+// next pass; it does not stop the pass.
+func (g *GarbageCollector) sweep(ctx context.Context, name string, prov provider.Provider) {
+	s, ok := prov.(provider.Sweeper)
+	if !ok {
+		return
+	}
+	log := ctrl.LoggerFrom(ctx).WithName("gc")
+	n, err := s.Sweep(ctx)
+	if n > 0 {
+		log.Info("swept what deleted instances left behind", "provider", name, "count", n)
+	}
+	if err != nil {
+		log.Info("sweeping failed; retrying at the next pass", "provider", name, "error", err.Error())
+	}
 }

@@ -123,3 +123,46 @@ func TestGarbageCollectionEmitsAnEventOnTheProviderHealth(t *testing.T) {
 		return false, "no OrphanDeleted event on ProviderHealth lab"
 	})
 }
+
+// sweepingProvider is a fake provider that is also a provider.Sweeper and
+// counts its sweeps; it fails the first one when told to.
+type sweepingProvider struct {
+	*fakeprovider.Provider
+	sweeps int
+	fail   error
+}
+
+func (s *sweepingProvider) Sweep(context.Context) (int, error) {
+	s.sweeps++
+	if err := s.fail; err != nil {
+		s.fail = nil
+		return 0, err
+	}
+	return 1, nil
+}
+
+// TestGarbageCollectionSweepsSweepers: every pass sweeps each entry whose
+// provider leaves things besides instances behind (Proxmox seeds, #12
+// item 6), and a failed sweep neither stops the pass nor is fatal.
+func TestGarbageCollectionSweepsSweepers(t *testing.T) {
+	needEnvtest(t)
+	ctx := context.Background()
+	now := time.Now()
+	sweeper := &sweepingProvider{Provider: fakeprovider.New(nil), fail: provider.NewTransient(context.DeadlineExceeded)}
+	sweeper.AddInstance(provider.Instance{ID: "fake/1", Name: "orphan", OwnerUID: "gone", CreatedAt: now.Add(-time.Hour)}, true)
+	gc := &controller.GarbageCollector{
+		Reader: k8s, Providers: map[string]provider.Provider{"lab": sweeper, "plain": fakeprovider.New(nil)},
+		GracePeriod: time.Minute, Now: func() time.Time { return now },
+	}
+	for pass := 1; pass <= 2; pass++ {
+		if _, err := gc.RunOnce(ctx); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		if sweeper.sweeps != pass {
+			t.Errorf("after pass %d: %d sweeps, want one per pass", pass, sweeper.sweeps)
+		}
+	}
+	if len(sweeper.Instances()) != 0 {
+		t.Errorf("a failed sweep stopped the pass: instances left %v", sweeper.Instances())
+	}
+}

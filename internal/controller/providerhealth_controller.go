@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,6 +36,10 @@ type HealthReporter struct {
 	Interval time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Log is the logger of the checks and of the provider calls they make;
+	// the zero value takes the one of Start's context (see
+	// GarbageCollector.Log).
+	Log logr.Logger
 
 	// refusals are the reads the entries' APIs refused, recorded by the
 	// Proxy reconciler and garbage collection; nil records none.
@@ -49,6 +54,9 @@ func (h *HealthReporter) NeedLeaderElection() bool { return true }
 
 // Start checks at once, then every Interval until ctx is done.
 func (h *HealthReporter) Start(ctx context.Context) error {
+	if h.Log.GetSink() != nil {
+		ctx = logr.NewContext(ctx, h.Log)
+	}
 	log := ctrl.LoggerFrom(ctx).WithName("health")
 	t := time.NewTicker(h.interval())
 	defer t.Stop()

@@ -31,6 +31,15 @@ func TestProviderHealthIsWrittenAndStaleEntriesRemoved(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = k8s.Delete(ctx, unmanaged) })
+	// ProviderHealth is cluster-scoped: the object of the entry "lab" that
+	// an earlier test's operator wrote with its own fake must go first.
+	lab := &crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: "lab"}}
+	if err := k8s.Delete(ctx, lab); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() (bool, string) {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(lab), &crawlv1alpha1.ProviderHealth{})), "an earlier ProviderHealth lab is still there"
+	})
 
 	fake := fakeprovider.New(nil)
 	fake.Verdicts = []provider.Verdict{

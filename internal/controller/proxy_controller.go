@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -89,23 +90,53 @@ type ProxyReconciler struct {
 	refusals *refusalLog
 	// slots caps concurrent creates per provider entry.
 	slots createSlots
+	// written spares isCurrent's live read when the cache holds our last
+	// write.
+	written writtenVersions
+	// ownerChecked spares the owner check at each step of a delete.
+	ownerChecked ownerChecks
+	// createCreds spares the credentials Secret's read at each step of a
+	// create.
+	createCreds createCredentials
+	// statusWrites spares a status write per create step (progressOnly).
+	statusWrites statusWrites
+	// probes runs the probes off the workers, once the manager runs.
+	probes *probeRuns
 }
 
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/finalizers,verbs=update
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch
+// The rights in the namespaces the operator serves (roleName namespace-role:
+// a ClusterRole that config/namespaces binds with a RoleBinding in each of
+// them, so it grants nothing elsewhere; docs/security.md, RBAC).
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=get;list;watch;update;patch,roleName=namespace-role
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/status,verbs=get;update;patch,roleName=namespace-role
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies/finalizers,verbs=update,roleName=namespace-role
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;patch,roleName=namespace-role
+
+// Events are the one namespaced right the operator keeps in every namespace:
+// those about cluster-scoped ProviderHealth objects land in namespace
+// default. Creating and patching events reads nothing.
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// SetupWithManager registers the reconciler: it watches Proxies. It does not
+// SetupWithManager registers the reconciler: it watches Proxies, and takes
+// the Proxies handed a create slot (createSlots) or whose probe ended
+// (probeRuns, added to the manager when probing is on) from its own source. It does not
 // watch their credentials Secrets (that would take the right to list and
 // watch every Secret of the cluster): a deleted or edited Secret is noticed
 // at the Proxy's next reconcile, within the resync interval.
 func (r *ProxyReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
+	var wq wakeQueue
+	r.slots.wake = wq.wake
+	if r.Prober != nil {
+		r.probes = newProbeRuns(r.Prober, probeConcurrency, wq.wake)
+		if err := mgr.Add(r.probes); err != nil {
+			return fmt.Errorf("adding the probe runner: %w", err)
+		}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&crawlv1alpha1.Proxy{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		WatchesRawSource(wq.source()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxy").
 		Complete(r)
@@ -149,7 +180,13 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if err := r.Client.Get(ctx, req.NamespacedName, &p); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.Backoff.Forget(req)
-			r.slots.release(req.String())
+			r.slots.release(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
+			r.createCreds.forget(req.NamespacedName)
+			r.statusWrites.forget(req.NamespacedName)
+			if r.probes != nil {
+				r.probes.forget(req.NamespacedName)
+			}
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy: %w", err)
@@ -182,7 +219,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	obs.probing, obs.probeThreshold = r.Prober != nil, r.ProbeFailureThreshold
 	p.Status = computeProxyStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
-	r.trackCreateSlot(req.String(), &p)
+	r.trackCreate(req.NamespacedName, &p)
 	if err := r.patchStatus(ctx, before, &p); err != nil {
 		if apierrors.IsConflict(err) {
 			// The status changed since we read it: what we computed is based
@@ -205,14 +242,18 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	return res, nil
 }
 
-// trackCreateSlot frees the Proxy's create slot once its create is over
-// (Ready, Failed, being deleted), and takes it back for a create in flight
-// that this process did not start (after a restart).
-func (r *ProxyReconciler) trackCreateSlot(key string, p *crawlv1alpha1.Proxy) {
+// trackCreate frees the Proxy's create slot and forgets the credentials
+// held for its create once the provider's part of the create is over
+// (Create returned the ID, the create failed for good, the Proxy is being
+// deleted), and takes the slot back for a create in flight that this
+// process did not start (after a restart).
+func (r *ProxyReconciler) trackCreate(key types.NamespacedName, p *crawlv1alpha1.Proxy) {
 	switch {
-	case !p.DeletionTimestamp.IsZero(), p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, p.Status.Phase == crawlv1alpha1.ProxyPhaseFailed:
+	case !p.DeletionTimestamp.IsZero(), p.Status.InstanceID != "",
+		p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, p.Status.Phase == crawlv1alpha1.ProxyPhaseFailed:
 		r.slots.release(key)
-	case p.Status.InstanceID != "", p.Status.Phase == crawlv1alpha1.ProxyPhaseProvisioning:
+		r.createCreds.forget(key)
+	case p.Status.Phase == crawlv1alpha1.ProxyPhaseProvisioning:
 		r.slots.hold(p.Spec.Provider, key)
 	}
 }
@@ -229,9 +270,11 @@ func (r *ProxyReconciler) announceReady(ctx context.Context, p *crawlv1alpha1.Pr
 // isCurrent reports whether the cached Proxy is the latest version on the API
 // server. The reconciler checks it before it asks a provider to create or
 // destroy anything, so that a cache that has not yet seen the last status
-// write cannot trigger a second create or a needless replacement.
+// write cannot trigger a second create or a needless replacement. A cached
+// copy at the version of this process's last write of it has seen that
+// write; then no request is made (writtenVersions).
 func (r *ProxyReconciler) isCurrent(ctx context.Context, p *crawlv1alpha1.Proxy) (bool, error) {
-	if r.APIReader == nil {
+	if r.APIReader == nil || r.written.seen(client.ObjectKeyFromObject(p), p.ResourceVersion) {
 		return true, nil
 	}
 	var fresh crawlv1alpha1.Proxy
@@ -248,12 +291,19 @@ func (r *ProxyReconciler) removeRetryAnnotation(ctx context.Context, p *crawlv1a
 	if err := client.IgnoreNotFound(r.Client.Patch(ctx, p, patch)); err != nil {
 		return fmt.Errorf("removing the retry annotation: %w", err)
 	}
+	r.written.record(client.ObjectKeyFromObject(p), p.ResourceVersion)
 	return nil
 }
 
-// patchStatus writes the status once, only when it changed.
+// patchStatus writes the status once, only when it changed, and a create's
+// progress alone (progressOnly) at most once per progressEvery.
 func (r *ProxyReconciler) patchStatus(ctx context.Context, before, p *crawlv1alpha1.Proxy) error {
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
+		return nil
+	}
+	key := client.ObjectKeyFromObject(p)
+	now := r.Now()
+	if progressOnly(before.Status, p.Status) && r.statusWrites.within(key, now, progressEvery) {
 		return nil
 	}
 	// The base of the patch is the status as read, with the metadata (and
@@ -269,6 +319,8 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, before, p *crawlv1alp
 		}
 		return fmt.Errorf("patching proxy status: %w", err)
 	}
+	r.written.record(key, p.ResourceVersion)
+	r.statusWrites.record(key, now)
 	return nil
 }
 

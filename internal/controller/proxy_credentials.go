@@ -37,6 +37,9 @@ type credentials struct {
 	secretName string
 	username   string
 	password   string
+	// secret is the Secret as read (or created) in this reconcile, so that
+	// syncCredentialsURL needs no second read.
+	secret *corev1.Secret
 }
 
 // credentialsSecretName returns the name of a Proxy's credentials Secret.
@@ -109,6 +112,7 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 			}
 			return nil, "", fmt.Errorf("creating the credentials secret %s: %w", name, err)
 		}
+		c.secret = &s
 		p.Status.CredentialsSecretName = name
 		return c, "", nil
 	case err != nil:
@@ -118,7 +122,7 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 		return nil, fmt.Sprintf("Secret %s exists and is not owned by this Proxy; the operator will not overwrite it. "+
 			"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
 	}
-	c := &credentials{secretName: name, username: string(s.Data[secretKeyUsername]), password: string(s.Data[secretKeyPassword])}
+	c := &credentials{secretName: name, username: string(s.Data[secretKeyUsername]), password: string(s.Data[secretKeyPassword]), secret: &s}
 	if c.username == "" || c.password == "" {
 		return nil, fmt.Sprintf("Secret %s lacks the %s or %s key. Delete the Secret (and, if the instance exists, recreate the Proxy).",
 			name, secretKeyUsername, secretKeyPassword), nil
@@ -153,21 +157,23 @@ func (r *ProxyReconciler) ownSecretExists(ctx context.Context, p *crawlv1alpha1.
 }
 
 // syncCredentialsURL writes the ready-to-use URL with credentials into the
-// Secret once the address is known.
+// Secret once the address is known. It works on the Secret that
+// ensureCredentials read in the same reconcile: a second read would cost a
+// round trip to the API server on every look at a Ready proxy.
 func (r *ProxyReconciler) syncCredentialsURL(ctx context.Context, p *crawlv1alpha1.Proxy, c *credentials, address string) error {
 	u := url.URL{Scheme: "http", User: url.UserPassword(c.username, c.password),
 		Host: net.JoinHostPort(address, strconv.Itoa(int(p.Spec.Port)))}
 	want := u.String()
-	var s corev1.Secret
-	if err := r.secrets().Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: c.secretName}, &s); err != nil {
-		return fmt.Errorf("reading the credentials secret %s: %w", c.secretName, err)
-	}
+	s := c.secret
 	if string(s.Data[secretKeyURL]) == want {
 		return nil
 	}
 	patch := client.MergeFrom(s.DeepCopy())
+	if s.Data == nil {
+		s.Data = map[string][]byte{}
+	}
 	s.Data[secretKeyURL] = []byte(want)
-	if err := r.Client.Patch(ctx, &s, patch); err != nil {
+	if err := r.Client.Patch(ctx, s, patch); err != nil {
 		return fmt.Errorf("writing the proxy URL into secret %s: %w", c.secretName, err)
 	}
 	return nil

@@ -69,15 +69,25 @@ func (r *ProxyReconciler) reconcileDelete(ctx context.Context, p *crawlv1alpha1.
 func (r *ProxyReconciler) instancesOf(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider) ([]provider.ID, error) {
 	if p.Status.InstanceID != "" {
 		id := provider.ID(p.Status.InstanceID)
+		if r.ownerChecked.seen(p.UID, id) {
+			// Checked at an earlier step of this delete: the provider's
+			// Delete keeps to the instance the ID names, whose owner does
+			// not change.
+			return []provider.ID{id}, nil
+		}
 		// A recorded ID may name another Proxy's instance (a status edited by
 		// hand or copied from another object): never delete that one. Any
 		// other answer goes on to Delete, which is idempotent, leaves
 		// unmarked instances alone and cleans up what a gone instance left.
-		if inst, err := prov.Get(ctx, id); err == nil && inst.OwnerUID != "" && inst.OwnerUID != string(p.UID) {
+		inst, err := prov.Get(ctx, id)
+		switch {
+		case err == nil && inst.OwnerUID != "" && inst.OwnerUID != string(p.UID):
 			r.event(p, corev1.EventTypeWarning, eventForeignInstance, "Delete",
 				"Recorded instance %s belongs to another Proxy (owner UID %s): left alone, and this Proxy's own instance counts as gone",
 				id, inst.OwnerUID)
 			return nil, nil
+		case err == nil && inst.OwnerUID == string(p.UID):
+			r.ownerChecked.record(p.UID, id)
 		}
 		return []provider.ID{id}, nil
 	}
@@ -96,6 +106,7 @@ func (r *ProxyReconciler) instancesOf(ctx context.Context, p *crawlv1alpha1.Prox
 }
 
 func (r *ProxyReconciler) releaseFinalizer(ctx context.Context, p *crawlv1alpha1.Proxy) error {
+	r.ownerChecked.forget(p.UID)
 	patch := client.MergeFrom(p.DeepCopy())
 	controllerutil.RemoveFinalizer(p, Finalizer)
 	if err := client.IgnoreNotFound(r.Client.Patch(ctx, p, patch)); err != nil {

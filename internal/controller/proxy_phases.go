@@ -63,6 +63,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		if err := r.Client.Patch(ctx, p, patch); err != nil {
 			return obs, fmt.Errorf("adding finalizer: %w", err)
 		}
+		r.written.record(client.ObjectKeyFromObject(p), p.ResourceVersion)
 	}
 
 	placement, specErr := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
@@ -98,19 +99,21 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		return obs, nil
 	}
 
-	creds, conflict, err := r.ensureCredentials(ctx, p)
-	if err != nil {
-		return obs, err
-	}
-	if conflict != "" {
-		obs.credentialsConflict = conflict
-		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonCredentialsConflict {
-			r.event(p, corev1.EventTypeWarning, crawlv1alpha1.ReasonCredentialsConflict, "Credentials", "%s", conflict)
-		}
-		return obs, nil
-	}
-
+	// The credentials Secret is read where it is used: to render a create's
+	// user-data (once per create, which takes several calls), and once the
+	// instance runs, to write the URL and probe. The polls while an
+	// instance boots read nothing from the API server.
 	if p.Status.InstanceID == "" {
+		key := client.ObjectKeyFromObject(p)
+		creds, ok := r.createCreds.get(key, p.UID)
+		if !ok {
+			var done bool
+			var err error
+			if creds, done, err = r.credentialsOrConflict(ctx, p, &obs); done {
+				return obs, err
+			}
+			r.createCreds.put(key, p.UID, creds)
+		}
 		return r.create(ctx, p, prov, placement, creds)
 	}
 
@@ -136,8 +139,12 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	case inst.State == provider.StateStopped:
 		return r.replace(ctx, p, prov, "stopped", "the instance stopped")
 	}
-	obs.instance = &inst
 	if inst.State == provider.StateRunning && inst.Address.IsValid() {
+		creds, done, err := r.credentialsOrConflict(ctx, p, &obs)
+		if done {
+			return obs, err
+		}
+		obs.instance = &inst
 		// Announced by Reconcile once the status patch lands, so that a
 		// reconcile working from a stale copy cannot announce it twice.
 		obs.becameReady = p.Status.ReadyTime == nil
@@ -155,8 +162,27 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		}
 		return obs, nil
 	}
+	obs.instance = &inst
 	obs.wait = waitPoll
 	return obs, nil
+}
+
+// credentialsOrConflict returns the Proxy's credentials (nil with auth
+// None). done says the reconcile ends here: with err, or with a conflict
+// recorded in obs (and announced once by an event).
+func (r *ProxyReconciler) credentialsOrConflict(ctx context.Context, p *crawlv1alpha1.Proxy, obs *observation) (*credentials, bool, error) {
+	creds, conflict, err := r.ensureCredentials(ctx, p)
+	if err != nil {
+		return nil, true, err
+	}
+	if conflict != "" {
+		obs.credentialsConflict = conflict
+		if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonCredentialsConflict {
+			r.event(p, corev1.EventTypeWarning, crawlv1alpha1.ReasonCredentialsConflict, "Credentials", "%s", conflict)
+		}
+		return nil, true, nil
+	}
+	return creds, false, nil
 }
 
 // create asks the provider for the instance and records its ID. A crash
@@ -181,8 +207,8 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 		obs.replacementWait, obs.wait = wait, waitReplacement
 		return obs, nil
 	}
-	if limit := pl.Entry.CreateLimit(); !r.slots.acquire(pl.Entry.Name, client.ObjectKeyFromObject(p).String(), limit) {
-		obs.createQueued, obs.wait = limit, waitPoll
+	if limit := pl.Entry.CreateLimit(); !r.slots.acquire(pl.Entry.Name, client.ObjectKeyFromObject(p), limit) {
+		obs.createQueued, obs.wait = limit, waitSlot
 		return obs, nil
 	}
 	req, err := buildRequest(p, pl, creds)
@@ -211,23 +237,23 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 	return obs, nil
 }
 
-// replace removes a stopped instance (a vanished one is gone already) and
-// clears the record, so that the next reconcile creates a successor with the
-// next instance name. The old instance is deleted before the successor is
-// created, so that there is never more than one.
+// replace removes the old instance and clears the record, so that the next
+// reconcile creates a successor with the next instance name. The old
+// instance is deleted before the successor is created, so that there is
+// never more than one. A vanished instance is deleted too: its VM is gone,
+// but what it left may not be (a seed ISO with the proxy's password on
+// shared storage), and Delete of a gone instance removes that and succeeds.
 func (r *ProxyReconciler) replace(ctx context.Context, p *crawlv1alpha1.Proxy, prov provider.Provider, reason, why string) (observation, error) {
 	var obs observation
 	if current, err := r.isCurrent(ctx, p); err != nil || !current {
 		obs.wait = waitCache
 		return obs, err
 	}
-	if reason == "stopped" {
-		if err := latchRefused(prov.Delete(ctx, provider.ID(p.Status.InstanceID))); err != nil {
-			obs.providerErr = err
-			p.Status.Phase = crawlv1alpha1.ProxyPhaseReplacing
-			r.providerEvent(p, err)
-			return obs, nil
-		}
+	if err := latchRefused(prov.Delete(ctx, provider.ID(p.Status.InstanceID))); err != nil {
+		obs.providerErr = err
+		p.Status.Phase = crawlv1alpha1.ProxyPhaseReplacing
+		r.providerEvent(p, err)
+		return obs, nil
 	}
 	now := r.Now()
 	r.Replacement.recordReplacement(&p.Status, now)

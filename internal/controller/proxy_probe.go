@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
@@ -45,9 +46,13 @@ func (r *ProxyReconciler) probeDue(s crawlv1alpha1.ProxyStatus) (bool, time.Dura
 	return next <= 0, next
 }
 
-// runProbe sends the probe's requests through the proxy at address. It is
-// called only for a running instance with an address, at most once per
-// reconcile, and never holds a provider lock.
+// runProbe probes the proxy at address through itself, with its
+// credentials. It is called only for a running instance with an address,
+// at most once per reconcile, and never holds a provider lock. With the
+// manager running, the probe runs off the reconcile workers (probeRuns):
+// this call starts it and returns nil, and the reconcile that its end
+// wakes takes the outcome. Without one (a reconciler driven by hand) the
+// probe runs here.
 func (r *ProxyReconciler) runProbe(ctx context.Context, p *crawlv1alpha1.Proxy, entry *config.Entry, creds *credentials, address string) *probeOutcome {
 	t := probe.Target{
 		Address:   net.JoinHostPort(address, strconv.Itoa(int(p.Spec.Port))),
@@ -57,7 +62,21 @@ func (r *ProxyReconciler) runProbe(ctx context.Context, p *crawlv1alpha1.Proxy, 
 	if creds != nil {
 		t.Username, t.Password = creds.username, creds.password
 	}
+	if r.probes != nil {
+		key := client.ObjectKeyFromObject(p)
+		if e, ok := r.probes.take(key, t.Address); ok {
+			return r.probeEnded(p, e.result, e.err)
+		}
+		if r.probes.start(key, t) { //nolint:contextcheck // the probe outlives this reconcile: it runs with the manager's context (probeRuns.Start).
+			return nil
+		}
+	}
 	res, err := r.Prober.Probe(ctx, t)
+	return r.probeEnded(p, res, err)
+}
+
+// probeEnded counts a probe's outcome and announces a change of it.
+func (r *ProxyReconciler) probeEnded(p *crawlv1alpha1.Proxy, res probe.Result, err error) *probeOutcome {
 	if r.Metrics != nil {
 		if err != nil {
 			r.Metrics.ProbeFailures.WithLabelValues(p.Spec.Provider).Inc()

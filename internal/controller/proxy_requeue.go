@@ -31,6 +31,11 @@ const (
 	// waitReplacement: a successor's create waits out the replacement
 	// backoff (observation.replacementWait).
 	waitReplacement
+	// waitSlot: the create waits in line for a slot of its provider entry
+	// (maxConcurrentCreates). The slot's hand-off enqueues the Proxy; the
+	// resync interval is only a safety net, so that thousands of queued
+	// Proxies do not poll.
+	waitSlot
 )
 
 const (
@@ -76,6 +81,8 @@ func decideRequeue(obs observation, iv intervals) requeue {
 			return requeue{after: cacheDelay}
 		case waitReplacement:
 			return requeue{after: obs.replacementWait}
+		case waitSlot:
+			return requeue{after: iv.resync}
 		case waitEvent:
 			return requeue{}
 		}

@@ -68,9 +68,9 @@ func TestDecideRequeue(t *testing.T) {
 			want:   requeue{},
 		},
 		"Create queued behind the entry's cap": {
-			reason: "a create over the entry's concurrency cap is tried again at the poll interval",
-			args:   args{obs: observation{wait: waitPoll, createQueued: 10}},
-			want:   requeue{after: iv.poll},
+			reason: "a create over the entry's concurrency cap waits for the slot's hand-off, which enqueues it; it does not poll, only the resync is a safety net",
+			args:   args{obs: observation{wait: waitSlot, createQueued: 10}},
+			want:   requeue{after: iv.resync},
 		},
 		"Refused read": {
 			reason: "a 401/403 on a read is transient: the Proxy keeps its status and the read backs off",

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -267,4 +268,24 @@ func isLatched(s crawlv1alpha1.ProxyStatus, generation int64) bool {
 	}
 	c := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionReady)
 	return c != nil && (c.Reason == crawlv1alpha1.ReasonPermanentError || c.Reason == crawlv1alpha1.ReasonReplacementLoop)
+}
+
+// progressOnly reports whether after differs from before only in the
+// message of a Ready condition that stays False for the same reason, a
+// create or replacement in progress: the provider named its next step
+// ("cloned VM 150", "uploaded the seed"). Such a change is progress, not
+// news a user acts on, and the reconciler writes it at most once per
+// progressEvery (statusWrites), which spares the API server a status write
+// per create step. A change of phase, reason, address, instance or any
+// other field is never progress only.
+func progressOnly(before, after crawlv1alpha1.ProxyStatus) bool {
+	b, a := apimeta.FindStatusCondition(before.Conditions, crawlv1alpha1.ConditionReady),
+		apimeta.FindStatusCondition(after.Conditions, crawlv1alpha1.ConditionReady)
+	if b == nil || a == nil || a.Message == b.Message || a.Status != metav1.ConditionFalse ||
+		(a.Reason != crawlv1alpha1.ReasonProvisioning && a.Reason != crawlv1alpha1.ReasonReplacing) {
+		return false
+	}
+	same := *after.DeepCopy()
+	apimeta.FindStatusCondition(same.Conditions, crawlv1alpha1.ConditionReady).Message = b.Message
+	return equality.Semantic.DeepEqual(before, same)
 }

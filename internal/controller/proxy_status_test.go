@@ -550,3 +550,62 @@ func TestInProgressDuringReplacementStaysReplacing(t *testing.T) {
 			got.Phase, c.Reason, got.URL)
 	}
 }
+
+// TestProgressOnly: only a new message on a Ready condition that stays
+// False for Provisioning or Replacing is progress; anything a user or a
+// controller acts on is not.
+func TestProgressOnly(t *testing.T) {
+	provisioning := func(msg string) crawlv1alpha1.ProxyStatus {
+		return crawlv1alpha1.ProxyStatus{
+			Phase: crawlv1alpha1.ProxyPhaseProvisioning, Zone: "rack-a",
+			Conditions: []metav1.Condition{wantReadyCondAt(metav1.ConditionFalse, crawlv1alpha1.ReasonProvisioning, msg, statusGen, statusEarlier)},
+		}
+	}
+	with := func(s crawlv1alpha1.ProxyStatus, change func(*crawlv1alpha1.ProxyStatus)) crawlv1alpha1.ProxyStatus {
+		s = *s.DeepCopy()
+		change(&s)
+		return s
+	}
+	before := provisioning("Creating the instance: cloning VM 150.")
+	for _, c := range []struct {
+		name, reason string
+		before       crawlv1alpha1.ProxyStatus
+		after        crawlv1alpha1.ProxyStatus
+		want         bool
+	}{
+		{"the next step named", "the provider moved on; nothing else changed", before, provisioning("Creating the instance: uploaded the seed."), true},
+		{"a replacement's next step", "the same for a successor being made", with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Phase, s.Conditions[0].Reason = crawlv1alpha1.ProxyPhaseReplacing, crawlv1alpha1.ReasonReplacing
+		}), with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Phase, s.Conditions[0].Reason, s.Conditions[0].Message = crawlv1alpha1.ProxyPhaseReplacing, crawlv1alpha1.ReasonReplacing, "Replacing the instance: started."
+		}), true},
+		{"nothing changed", "there is nothing to write, progress or not", before, before, false},
+		{"the instance's ID", "the ID must be in the status before the next step: it is how a restart finds the instance",
+			before, with(provisioning("Instance pve1/150 is booting; waiting for its address."), func(s *crawlv1alpha1.ProxyStatus) { s.InstanceID = "pve1/150" }), false},
+		{"Ready", "a user waits for it", before, readyProxyStatus(), false},
+		{"another reason", "queued behind the entry's cap is news", before, with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Conditions[0].Reason, s.Conditions[0].Message = crawlv1alpha1.ReasonCreateQueued, "waits its turn"
+		}), false},
+		{"a transient error", "an error is news, even while creating", before, with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Conditions[0].Reason, s.Conditions[0].Message = crawlv1alpha1.ReasonTransientError, "Retrying after a transient provider error: timeout"
+		}), false},
+		{"another transient error", "a new error is news, not progress", with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Conditions[0].Reason, s.Conditions[0].Message = crawlv1alpha1.ReasonTransientError, "Retrying after a transient provider error: timeout"
+		}), with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Conditions[0].Reason, s.Conditions[0].Message = crawlv1alpha1.ReasonTransientError, "Retrying after a transient provider error: 500"
+		}), false},
+		{"Ready became Unknown", "only a False Ready is a create in progress", before, with(before, func(s *crawlv1alpha1.ProxyStatus) {
+			s.Conditions[0].Status, s.Conditions[0].Message = metav1.ConditionUnknown, "other"
+		}), false},
+		{"a new generation observed", "a spec change acknowledged is news", before, with(provisioning("Creating the instance: started."), func(s *crawlv1alpha1.ProxyStatus) {
+			s.ObservedGeneration = statusGen + 1
+		}), false},
+		{"no Ready condition before", "the first status", crawlv1alpha1.ProxyStatus{}, before, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := progressOnly(c.before, c.after); got != c.want {
+				t.Errorf("progressOnly = %v, want %v: %s", got, c.want, c.reason)
+			}
+		})
+	}
+}

@@ -145,11 +145,12 @@ func (r *ProxyPoolReconciler) pendingRotations(key types.NamespacedName, done ma
 	return r.pending[key]
 }
 
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/finalizers,verbs=update
-// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=create;delete
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch
+// Rights in the namespaces the operator serves (see ProxyReconciler).
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools,verbs=get;list;watch;update;patch,roleName=namespace-role
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/status,verbs=get;update;patch,roleName=namespace-role
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/finalizers,verbs=update,roleName=namespace-role
+// +kubebuilder:rbac:groups=crawl.example.com,resources=proxies,verbs=create;delete,roleName=namespace-role
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;update;patch,roleName=namespace-role
 
 // SetupWithManager registers the reconciler: it watches pools, their
 // members (status changes included: a member that starts or stops serving

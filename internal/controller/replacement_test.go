@@ -75,33 +75,3 @@ func TestReplacementDelayIsCapped(t *testing.T) {
 		t.Errorf("delay(30) = %s, want the cap %s (and no overflow)", got, DefaultBackoffMax)
 	}
 }
-
-func TestCreateSlots(t *testing.T) {
-	var c createSlots
-	if !c.acquire("lab", "ns/a", 2) || !c.acquire("lab", "ns/b", 2) {
-		t.Fatal("two slots of two were refused")
-	}
-	if c.acquire("lab", "ns/c", 2) {
-		t.Error("a third create got a slot past the limit")
-	}
-	if !c.acquire("lab", "ns/a", 2) {
-		t.Error("a holder lost its own slot when asking again")
-	}
-	if !c.acquire("other", "ns/x", 1) {
-		t.Error("entries share slots; each entry has its own cap")
-	}
-	c.release("ns/a")
-	if !c.acquire("lab", "ns/c", 2) {
-		t.Error("a released slot was not given out")
-	}
-	// A create in flight found after a restart is counted even past the
-	// limit, so that nobody else starts meanwhile.
-	c.hold("lab", "ns/d")
-	if got := c.inFlight("lab"); got != 3 {
-		t.Errorf("in flight = %d, want 3", got)
-	}
-	c.release("ns/b")
-	if c.acquire("lab", "ns/e", 2) {
-		t.Error("a slot was given out while the held ones still exceed the limit")
-	}
-}

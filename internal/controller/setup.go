@@ -68,10 +68,15 @@ type Options struct {
 // published lists, which hold no credentials) are cached only when the
 // operator made them (they carry its managed-by label). Provider types add
 // their own needs (see provider.Type.Cache); the operator's setup merges
-// them.
+// them. Cached objects lose their managedFields, which no controller reads
+// and which were the largest part of a cached Proxy (docs/performance.md,
+// Memory).
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}}}
+	return cache.Options{
+		ByObject:         map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
 }
 
 // SetupWithManager adds the Proxy reconciler, garbage collection and the
@@ -97,12 +102,12 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	}
 	gc := &GarbageCollector{refusals: refusals,
 		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,
-		Interval: o.GCInterval, GracePeriod: o.GCGracePeriod, Now: o.Now,
+		Interval: o.GCInterval, GracePeriod: o.GCGracePeriod, Now: o.Now, Log: mgr.GetLogger(),
 	}
 	if err := mgr.Add(gc); err != nil {
 		return fmt.Errorf("adding garbage collection: %w", err)
 	}
-	h := &HealthReporter{refusals: refusals, Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now}
+	h := &HealthReporter{refusals: refusals, Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now, Log: mgr.GetLogger()}
 	if err := mgr.Add(h); err != nil {
 		return fmt.Errorf("adding the health reporter: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
@@ -162,9 +163,10 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		opts.GCInterval = time.Hour
 	}
 	op, err := setup.New(setup.Options{
-		RestConfig: asOperator(t),
+		RestConfig: asOperator(t, oo.namespace),
 		Config:     oo.cfg,
 		Types:      provider.Types{fakeprovider.TypeFor(oo.fake)},
+		Ownership:  ownershiptest.Identity("controller-tests"),
 		Namespaces: []string{oo.namespace},
 		Manager:    ctrl.Options{Scheme: scheme},
 		Controller: opts,
@@ -194,23 +196,19 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 	return o
 }
 
-var (
-	operatorConfigOnce sync.Once
-	operatorConfig     *rest.Config
-	errOperatorConfig  error
-)
-
-// asOperator returns the rest.Config the operators of the tests run with:
-// the operator's ServiceAccount with the shipped RBAC (config/rbac/role.yaml)
-// applied, through impersonation. A right the controllers need and the
-// markers lack fails the test that needs it, not a first install.
-func asOperator(t *testing.T) *rest.Config {
+// asOperator returns the rest.Config an operator serving namespace ns runs
+// with: the operator's ServiceAccount with the shipped RBAC
+// (config/rbac/role.yaml) applied as the default install binds it (the
+// namespace role only in ns), through impersonation. A right the
+// controllers need and the markers lack fails the test that needs it, not a
+// first install.
+func asOperator(t *testing.T, ns string) *rest.Config {
 	t.Helper()
-	operatorConfigOnce.Do(func() { operatorConfig, errOperatorConfig = env.AsOperator() })
-	if errOperatorConfig != nil {
-		t.Fatalf("running as the operator's ServiceAccount: %v", errOperatorConfig)
+	cfg, err := env.AsOperator(context.Background(), testenv.RBAC{Namespaces: []string{ns}})
+	if err != nil {
+		t.Fatalf("running as the operator's ServiceAccount: %v", err)
 	}
-	return operatorConfig
+	return cfg
 }
 
 // needEnvtest skips an envtest case in -short mode without a control plane.

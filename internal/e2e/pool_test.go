@@ -58,7 +58,7 @@ func TestPoolOnProxmox(t *testing.T) {
 	}
 	t.Cleanup(lab.Close)
 	stop, err := lab.StartOperator(ctx, pvelab.OperatorOptions{
-		RestConfig: env.Config, Scheme: env.Scheme, Namespace: ns,
+		RestConfig: env.Config, ServiceAccount: env, Scheme: env.Scheme, Namespace: ns,
 		Controller: controller.Options{
 			PollInterval: 50 * time.Millisecond, ResyncInterval: 200 * time.Millisecond,
 			HealthInterval: 200 * time.Millisecond, GCInterval: time.Hour,

@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -25,9 +24,10 @@ func newBasicAuth(username, password string) *basicAuth {
 	return &basicAuth{user: sha256.Sum256([]byte(username)), pass: sha256.Sum256([]byte(password))}
 }
 
-// check reports whether h carries the expected credentials.
-func (a *basicAuth) check(h http.Header) bool {
-	scheme, encoded, ok := strings.Cut(strings.TrimSpace(h.Get("Proxy-Authorization")), " ")
+// check reports whether value, a Proxy-Authorization header's, carries the
+// expected credentials.
+func (a *basicAuth) check(value string) bool {
+	scheme, encoded, ok := strings.Cut(strings.TrimSpace(value), " ")
 	if !ok || !strings.EqualFold(scheme, "Basic") {
 		return false
 	}
@@ -61,6 +61,23 @@ func sourceAllowed(ranges []netip.Prefix, remoteAddr string) bool {
 		}
 	}
 	return false
+}
+
+// sourceAddrAllowed is sourceAllowed for a connection's remote address.
+func sourceAddrAllowed(ranges []netip.Prefix, remote net.Addr) bool {
+	if len(ranges) == 0 {
+		return true
+	}
+	if ta, ok := remote.(*net.TCPAddr); ok {
+		ip := ta.AddrPort().Addr().Unmap().WithZone("")
+		for _, r := range ranges {
+			if r.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	return sourceAllowed(ranges, remote.String())
 }
 
 // remoteIP returns the IP of remoteAddr, with an IPv4-mapped IPv6 address

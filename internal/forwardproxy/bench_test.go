@@ -9,21 +9,26 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
-// BenchmarkForwardGET measures one small GET through the proxy on a
-// keep-alive connection, metrics on as in a proxy pod: the allocations per
-// request are the figure to watch (hack/benchproxy measures the process).
-func BenchmarkForwardGET(b *testing.B) {
-	body := strings.Repeat("s", 1024)
-	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
-	b.Cleanup(o.Close)
+// benchProxy is a Proxy served by ServeWith on 127.0.0.1 as a proxy pod
+// runs it (Basic auth, metrics on, the default limits), with the egress
+// policy widened to loopback: what every benchmark measures.
+type benchProxy struct {
+	addr    string
+	metrics *forwardproxy.Metrics
+}
+
+// serveBench starts a benchProxy that stops when b ends.
+func serveBench(b *testing.B) *benchProxy {
+	b.Helper()
 	m, err := forwardproxy.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		b.Fatal(err)
@@ -36,10 +41,33 @@ func BenchmarkForwardGET(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: time.Minute}
-	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(func() { _ = srv.Close(); p.CloseIdleConnections() })
-	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: ln.Addr().String(), User: url.UserPassword(testUser, testPassword)})}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{}) }()
+	b.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
+		p.CloseIdleConnections()
+	})
+	return &benchProxy{addr: ln.Addr().String(), metrics: m}
+}
+
+// connectRequest is a CONNECT head to target with the bench's credentials.
+func connectRequest(target string) string {
+	return "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n"
+}
+
+// BenchmarkForwardGET measures one small GET through the proxy on a
+// keep-alive connection: the allocations per request are the figure to
+// watch (hack/benchproxy measures the process).
+func BenchmarkForwardGET(b *testing.B) {
+	body := strings.Repeat("s", 1024)
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
+	b.Cleanup(o.Close)
+	bp := serveBench(b)
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: bp.addr, User: url.UserPassword(testUser, testPassword)})}
 	b.Cleanup(tr.CloseIdleConnections)
 	c := &http.Client{Transport: tr}
 	b.ReportAllocs()
@@ -61,32 +89,11 @@ func BenchmarkConnectGET(b *testing.B) {
 	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, body) }))
 	b.Cleanup(o.Close)
 	target := strings.TrimPrefix(o.URL, "http://")
-	m, err := forwardproxy.NewMetrics(prometheus.NewRegistry())
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := forwardproxy.New(forwardproxy.Config{Username: testUser, Password: testPassword, Egress: onLoopback, Metrics: m, Log: logr.Discard()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{}) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			b.Error(err)
-		}
-	})
-	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n" +
-		"GET / HTTP/1.1\r\nHost: " + target + "\r\nConnection: close\r\n\r\n"
+	bp := serveBench(b)
+	req := connectRequest(target) + "GET / HTTP/1.1\r\nHost: " + target + "\r\nConnection: close\r\n\r\n"
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", bp.addr)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,4 +110,46 @@ func BenchmarkConnectGET(b *testing.B) {
 		}
 		_ = c.Close()
 	}
+}
+
+// BenchmarkIdleTunnelMemory reports the heap and stack that one idle CONNECT
+// tunnel holds in the process (the proxy's share, plus the two small
+// net.Conn of the test's client and server): bytes/tunnel. The process RSS
+// of the proxy alone is measured by hack/benchproxy.
+func BenchmarkIdleTunnelMemory(b *testing.B) {
+	const tunnels = 500
+	hold := holdServer(b)
+	bp := serveBench(b)
+	req := connectRequest(hold.addr)
+	var perTunnel float64
+	for b.Loop() {
+		before := inUse()
+		conns := make([]net.Conn, 0, tunnels)
+		for range tunnels {
+			c, err := net.Dial("tcp", bp.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := io.WriteString(c, req); err != nil {
+				b.Fatal(err)
+			}
+			// "HTTP/1.1 200 Connection established\r\n\r\n"
+			buf := make([]byte, 39)
+			if _, err := io.ReadFull(c, buf); err != nil || !strings.HasPrefix(string(buf), "HTTP/1.1 200") {
+				b.Fatalf("CONNECT: %q, %v", buf, err)
+			}
+			conns = append(conns, c)
+		}
+		perTunnel = float64(inUse()-before) / tunnels
+		// Both ends closed, so that the tunnels end before the next
+		// round instead of waiting for the idle timeout half-closed.
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		hold.release()
+		poll.Until(b, wait, func() (bool, string) {
+			return testutil.ToFloat64(bp.metrics.ActiveConnections) == 0, "the tunnels to end"
+		})
+	}
+	b.ReportMetric(perTunnel, "bytes/tunnel")
 }

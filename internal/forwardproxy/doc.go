@@ -28,8 +28,17 @@
 // reading anything), bounds the time to send headers, closes idle
 // keep-alive connections, and shuts down gracefully: it stops accepting,
 // lets in-flight requests and CONNECT tunnels finish for up to a drain
-// period, then closes them. Tunnels and upgraded (WebSocket) connections
-// end after an idle timeout without traffic either way; a side that closes
-// its write half still gets the other side's answer. An idle tunnel holds
-// no copy buffer and one goroutine per direction.
+// period, then closes them, both ends of a tunnel. Tunnels and upgraded
+// (WebSocket) connections end after an idle timeout without traffic either
+// way; a side that closes its write half still gets the other side's
+// answer. An idle tunnel holds no copy buffer and one goroutine per
+// direction.
+//
+// For a Proxy, Serve reads the first request of each connection itself: a
+// CONNECT, which is how clients begin a tunnel, is parsed from a pooled
+// reader by a strict parser (no space before a colon, no folded lines, no
+// control characters, no duplicate credentials, no body; 431 past 64 KiB)
+// and served without net/http's per-request machinery; anything else, and
+// every later request on the connection, goes through net/http and
+// ServeHTTP, with the same checks in the same order.
 package forwardproxy

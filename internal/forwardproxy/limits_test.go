@@ -2,7 +2,6 @@ package forwardproxy_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -295,15 +294,20 @@ func TestHalfClose(t *testing.T) {
 
 // holdServer accepts connections and keeps them without a goroutine or a
 // buffer each, so that a measurement of the proxy's memory is not the
-// server's.
-func holdServer(b *testing.B) string {
+// server's; release closes the connections held so far.
+type heldConns struct {
+	addr  string
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func holdServer(b *testing.B) *heldConns {
 	b.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	var mu sync.Mutex
-	var conns []net.Conn
+	h := &heldConns{addr: ln.Addr().String()}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -312,73 +316,26 @@ func holdServer(b *testing.B) string {
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
+			h.mu.Lock()
+			h.conns = append(h.conns, c)
+			h.mu.Unlock()
 		}
 	}()
 	b.Cleanup(func() {
 		_ = ln.Close()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
+		h.release()
 	})
-	return ln.Addr().String()
+	return h
 }
 
-// BenchmarkIdleTunnelMemory reports the heap and stack that one idle CONNECT
-// tunnel holds in the process (the proxy's share, plus the two small
-// net.Conn of the test's client and server): bytes/tunnel. The process RSS
-// of the proxy alone is measured by hack/benchproxy.
-func BenchmarkIdleTunnelMemory(b *testing.B) {
-	const tunnels = 500
-	target := holdServer(b)
-	p, err := forwardproxy.New(forwardproxy.Config{Username: testUser, Password: testPassword, Egress: onLoopback})
-	if err != nil {
-		b.Fatal(err)
+func (h *heldConns) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		_ = c.Close()
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{}) }()
-	b.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			b.Error(err)
-		}
-	})
-	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n"
-	var perTunnel float64
-	for b.Loop() {
-		before := inUse()
-		conns := make([]net.Conn, 0, tunnels)
-		for range tunnels {
-			c, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.WriteString(c, req); err != nil {
-				b.Fatal(err)
-			}
-			// "HTTP/1.1 200 Connection established\r\n\r\n"
-			buf := make([]byte, 39)
-			if _, err := io.ReadFull(c, buf); err != nil || !strings.HasPrefix(string(buf), "HTTP/1.1 200") {
-				b.Fatalf("CONNECT: %q, %v", buf, err)
-			}
-			conns = append(conns, c)
-		}
-		perTunnel = float64(inUse()-before) / tunnels
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	}
-	b.ReportMetric(perTunnel, "bytes/tunnel")
+	h.conns = nil
 }
 
 // inUse is the heap and goroutine stack memory in use after a collection.

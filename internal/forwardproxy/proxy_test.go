@@ -276,6 +276,12 @@ func TestChecksTheSourceAddressOnLoopback(t *testing.T) {
 			if diff := cmp.Diff(tc.wantStatus, resp.StatusCode); diff != "" {
 				t.Errorf("%s: status (-want +got):\n%s", tc.reason, diff)
 			}
+			// CONNECT on a new connection, which Serve reads itself.
+			e := newEchoServer(t)
+			got := raw(t, h.addr, "CONNECT "+e.addr+" HTTP/1.1\r\nHost: "+e.addr+"\r\n\r\n")
+			if diff := cmp.Diff(tc.wantStatus, got.status); diff != "" {
+				t.Errorf("%s: CONNECT status (-want +got):\n%s", tc.reason, diff)
+			}
 		})
 	}
 }

@@ -81,6 +81,12 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	t := newTracker()
+	// A Proxy's CONNECT requests that open a connection are read and
+	// served by connServer, which hands net/http the other connections.
+	hl := ln
+	if p, ok := h.(*Proxy); ok {
+		hl = newConnServer(base, p, t, ln, o.ReadHeaderTimeout)
+	}
 	srv := &http.Server{
 		Handler:           t.wrap(h),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
@@ -89,17 +95,18 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			ctx = context.WithValue(ctx, connKey{}, c)
-			ctx = context.WithValue(ctx, detachKey{}, t.detacher(c))
+			ctx = context.WithValue(ctx, detachKey{}, t.detacher())
 			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(hl) }()
 	select {
 	case err := <-served:
 		// The server stopped by itself (the listener failed).
 		cancelBase()
 		_ = srv.Close()
+		_ = hl.Close()
 		t.closeAll()
 		return err
 	case <-ctx.Done():
@@ -134,8 +141,8 @@ type connKey struct{}
 
 // detachKey holds, in a request's context, a function for handlers that go
 // on in a goroutine of their own after they return (a hijacked tunnel): it
-// counts that work as in flight, with its connection, until the function
-// it returns is called.
+// counts that work as in flight, with what closes it at the end of the
+// drain, until the function it returns is called.
 type detachKey struct{}
 
 // serverKey holds, in a request's context, the context that ends when the
@@ -202,19 +209,20 @@ func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
 	return nil, errors.ErrUnsupported
 }
 
-// tracker counts the handler calls in flight and remembers the connection
-// of each, hijacked or not.
+// tracker counts the handler calls and tunnels in flight and remembers what
+// closes each: its connection, hijacked or not, or both connections of a
+// tunnel.
 type tracker struct {
 	mu    sync.Mutex
-	conns map[net.Conn]int // handler calls in flight per connection
-	n     int              // handler calls in flight
-	idle  chan struct{}    // closed when n drops to zero
+	conns map[io.Closer]int // calls in flight per closer
+	n     int               // calls in flight
+	idle  chan struct{}     // closed when n drops to zero
 }
 
 func newTracker() *tracker {
 	idle := make(chan struct{})
 	close(idle)
-	return &tracker{conns: map[net.Conn]int{}, idle: idle}
+	return &tracker{conns: map[io.Closer]int{}, idle: idle}
 }
 
 func (t *tracker) wrap(h http.Handler) http.Handler {
@@ -226,15 +234,16 @@ func (t *tracker) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// detacher returns the detachKey function of connection c.
-func (t *tracker) detacher(c net.Conn) func() func() {
-	return func() func() {
+// detacher returns the detachKey function.
+func (t *tracker) detacher() func(io.Closer) func() {
+	return func(c io.Closer) func() {
 		t.begin(c)
 		return func() { t.end(c) }
 	}
 }
 
-func (t *tracker) begin(c net.Conn) {
+// begin counts a call in flight; c, when not nil, is closed by closeAll.
+func (t *tracker) begin(c io.Closer) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.n == 0 {
@@ -246,7 +255,7 @@ func (t *tracker) begin(c net.Conn) {
 	}
 }
 
-func (t *tracker) end(c net.Conn) {
+func (t *tracker) end(c io.Closer) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.n--
@@ -279,7 +288,7 @@ func (t *tracker) wait(ctx context.Context) error {
 	}
 }
 
-// closeAll closes the connections of the handler calls in flight.
+// closeAll closes the connections of the calls in flight.
 func (t *tracker) closeAll() {
 	t.mu.Lock()
 	defer t.mu.Unlock()

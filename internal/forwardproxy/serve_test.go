@@ -204,17 +204,27 @@ func TestServeCancelsHijackedHandlersAfterTheDrain(t *testing.T) {
 }
 
 func TestServeReportsAFailedListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := forwardproxy.New(withAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = ln.Close()
-	done := make(chan error, 1)
-	go func() {
-		done <- forwardproxy.Serve(context.Background(), ln, http.NotFoundHandler(), time.Second)
-	}()
-	err = receive(t, "Serve to return", done)
-	if err == nil || !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "closed") {
-		t.Errorf("Serve on a closed listener = %v, want the listener's error", err)
+	// A Proxy is served through Serve's own accept loop, any other
+	// handler by net/http alone: both report the listener's error.
+	for name, h := range map[string]http.Handler{"handler": http.NotFoundHandler(), "proxy": p} {
+		t.Run(name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = ln.Close()
+			done := make(chan error, 1)
+			go func() {
+				done <- forwardproxy.Serve(context.Background(), ln, h, time.Second)
+			}()
+			err = receive(t, "Serve to return", done)
+			if err == nil || !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "closed") {
+				t.Errorf("Serve on a closed listener = %v, want the listener's error", err)
+			}
+		})
 	}
 }

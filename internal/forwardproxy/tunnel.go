@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -41,7 +40,7 @@ func (a *activity) deadline() time.Time { return time.Unix(0, a.last.Load()).Add
 type idleConn struct {
 	net.Conn
 	a   *activity
-	raw syscall.RawConn // nil when the connection has no file descriptor
+	raw *rawReader // nil when the connection has no socket
 }
 
 func newIdleConn(c net.Conn, a *activity) *idleConn {
@@ -49,30 +48,50 @@ func newIdleConn(c net.Conn, a *activity) *idleConn {
 	_ = c.SetReadDeadline(d)
 	_ = c.SetWriteDeadline(d)
 	ic := &idleConn{Conn: c, a: a}
-	if sc, ok := c.(syscall.Conn); ok {
-		ic.raw, _ = sc.SyscallConn()
-	}
+	ic.raw = newRawReader(c)
 	return ic
 }
 
-// waitReadable returns once c has bytes to read, has ended or has failed,
-// without a buffer: see readable. Without a raw connection it returns at
-// once, and the next Read waits instead.
-func (c *idleConn) waitReadable() error {
-	if c.raw == nil {
-		return nil
-	}
+// readPooled waits for bytes on c and reads them into a buffer of
+// relayBufs, which the caller puts back. The buffer is taken only once bytes
+// are there: an idle tunnel waits in the runtime's poller without one (see
+// rawReader). At the end of the stream it returns io.EOF.
+func (c *idleConn) readPooled() (*[]byte, int, error) {
 	for {
-		err := c.raw.Read(peekReadable)
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
-			return err
+		bp, n, err := c.readOnce()
+		if n > 0 {
+			c.a.touch()
+			return bp, n, nil
 		}
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, 0, err
+		}
+		// The deadline fired: traffic on the other end (or a write) may
+		// have moved it since it was set.
 		d := c.a.deadline()
 		if !time.Now().Before(d) {
-			return fmt.Errorf("%w for %s", errTunnelIdle, c.a.timeout)
+			return nil, 0, fmt.Errorf("%w for %s", errTunnelIdle, c.a.timeout)
 		}
 		_ = c.SetReadDeadline(d)
 	}
+}
+
+// readOnce is one read of readPooled: on the raw connection where there is
+// one, through Read otherwise (the buffer is then held while waiting).
+func (c *idleConn) readOnce() (*[]byte, int, error) {
+	if c.raw != nil {
+		return c.raw.read()
+	}
+	bp := getRelayBuf()
+	n, err := c.Conn.Read(*bp)
+	if n == 0 {
+		relayBufs.Put(bp)
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return nil, 0, err
+	}
+	return bp, n, nil
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
@@ -118,10 +137,32 @@ func (c *idleConn) Write(b []byte) (int, error) {
 type closeWriter interface{ CloseWrite() error }
 
 // relayBufs recycles the tunnels' copy buffers. A relay takes one only once
-// bytes are waiting to be read and gives it back as soon as the socket is
-// drained, so an idle tunnel holds no buffer: its memory is its goroutines
+// bytes are waiting to be read and gives it back as soon as they are
+// written, so an idle tunnel holds no buffer: its memory is its goroutines
 // and sockets.
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func getRelayBuf() *[]byte {
+	bp, _ := relayBufs.Get().(*[]byte) // the pool holds only *[]byte
+	return bp
+}
+
+// pair is the two connections of a tunnel. Close closes both, once: it is
+// how either direction, the idle timeout or the end of Serve's drain ends
+// the tunnel.
+type pair struct {
+	client, upstream net.Conn
+	once             sync.Once
+}
+
+// Close closes both connections.
+func (p *pair) Close() error {
+	p.once.Do(func() {
+		_ = p.client.Close()
+		_ = p.upstream.Close()
+	})
+	return nil
+}
 
 // splice copies bytes both ways between the client and the upstream server.
 // When one side ends its stream (EOF), the other side's write half is
@@ -131,22 +172,15 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // carried no bytes for the idle timeout. splice returns the first error that
 // is not the expected end of a tunnel. One direction runs on the calling
 // goroutine, which saves a goroutine stack per tunnel.
-func (p *Proxy) splice(client net.Conn, early []byte, upstream net.Conn, x *exchange) error {
+func (p *Proxy) splice(conns *pair, early []byte, x *exchange) error {
 	a := newActivity(p.idleTimeout)
-	ic, iu := newIdleConn(client, a), newIdleConn(upstream, a)
-	var once sync.Once
-	closeBoth := func() {
-		once.Do(func() {
-			_ = client.Close()
-			_ = upstream.Close()
-		})
-	}
+	ic, iu := newIdleConn(conns.client, a), newIdleConn(conns.upstream, a)
 	run := func(dst, src *idleConn, early []byte, count func(int)) error {
 		err := relay(dst, src, early, count)
 		if err != nil {
 			// Closing both ends is how the other direction is told to
 			// stop: it fails with net.ErrClosed.
-			closeBoth()
+			_ = conns.Close()
 		}
 		return err
 	}
@@ -154,7 +188,7 @@ func (p *Proxy) splice(client net.Conn, early []byte, upstream net.Conn, x *exch
 	go func() { up <- run(iu, ic, early, p.counter(x, true)) }()
 	errDown := run(ic, iu, nil, p.counter(x, false))
 	errUp := <-up
-	closeBoth()
+	_ = conns.Close()
 	for _, err := range []error{errDown, errUp} {
 		if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
 			return err
@@ -177,58 +211,30 @@ func relay(dst, src *idleConn, early []byte, count func(int)) error {
 		}
 	}
 	for {
-		if err := src.waitReadable(); err != nil {
-			return err
-		}
-		eof, err := drain(dst, src, count)
-		if err != nil {
-			return err
-		}
-		if eof {
-			if cw, ok := dst.Conn.(closeWriter); ok && cw.CloseWrite() == nil {
-				return nil
-			}
-			return io.EOF
-		}
-	}
-}
-
-// drain copies what src has to dst with a pooled buffer, until a read would
-// wait (src is not readable any more) or src ends.
-func drain(dst, src *idleConn, count func(int)) (eof bool, err error) {
-	bp, _ := relayBufs.Get().(*[]byte) // the pool holds only *[]byte
-	defer relayBufs.Put(bp)
-	buf := *bp
-	for {
-		n, rerr := src.Read(buf)
+		bp, n, err := src.readPooled()
 		if n > 0 {
-			written, werr := dst.Write(buf[:n])
+			written, werr := dst.Write((*bp)[:n])
+			relayBufs.Put(bp)
 			count(written)
 			if werr != nil {
-				return false, werr
+				return werr
 			}
+			continue
 		}
-		if errors.Is(rerr, io.EOF) {
-			return true, nil
+		if !errors.Is(err, io.EOF) {
+			return err
 		}
-		if rerr != nil {
-			return false, rerr
+		if cw, ok := dst.Conn.(closeWriter); ok && cw.CloseWrite() == nil {
+			return nil
 		}
-		if n < len(buf) {
-			// A short read emptied the socket's buffer; wait for more
-			// without holding this one.
-			return false, nil
-		}
+		return io.EOF
 	}
 }
 
 // bufferPool lends ReverseProxy the tunnels' buffers.
 type bufferPool struct{}
 
-func (bufferPool) Get() []byte {
-	bp, _ := relayBufs.Get().(*[]byte) // the pool holds only *[]byte
-	return *bp
-}
+func (bufferPool) Get() []byte { return *getRelayBuf() }
 
 func (bufferPool) Put(b []byte) {
 	if cap(b) >= 32<<10 {

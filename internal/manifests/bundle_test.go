@@ -42,8 +42,14 @@ func registry() config.Registry { return setup.Types.Registry() }
 // root) as `kustomize build` does and returns one YAML document per object.
 func renderDocs(t *testing.T, dir string) [][]byte {
 	t.Helper()
+	return renderDocsIn(t, filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), dir))
+}
+
+// renderDocsIn renders the kustomization at path dir of fsys.
+func renderDocsIn(t *testing.T, fsys filesys.FileSystem, dir string) [][]byte {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	resMap, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(t), dir))
+	resMap, err := k.Run(fsys, dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}

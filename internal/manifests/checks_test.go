@@ -3,6 +3,7 @@ package manifests
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // checkNamespaces: every namespaced object names a namespace that the render
@@ -447,6 +449,32 @@ func checkProviderRights(b *bundle) error {
 	if !allows(b.rightsIn(d.Namespace, d.Namespace, sa), "coordination.k8s.io", "leases", "update") {
 		errs = append(errs, fmt.Errorf("ServiceAccount %s/%s may not update leases in %s (--leader-elect)", d.Namespace, sa, d.Namespace))
 	}
+	// The ownership key Secret: get (of that name) and create in the
+	// operator's own namespace, from a Role there, so that the right stays
+	// when cluster-wide Secret rights go (docs/security.md).
+	var own []rbacv1.PolicyRule
+	for _, rb := range b.RoleBindings {
+		if rb.Namespace == d.Namespace && rb.RoleRef.Kind == "Role" && slices.ContainsFunc(rb.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == d.Namespace
+		}) {
+			own = append(own, b.rulesOf(rb.Namespace, rb.RoleRef)...)
+		}
+	}
+	for _, verb := range []string{"get", "create"} {
+		if !allows(own, "", "secrets", verb) {
+			errs = append(errs, fmt.Errorf("ServiceAccount %s/%s may not %s its ownership key Secret through a Role in %s", d.Namespace, sa, verb, d.Namespace))
+		}
+	}
+	for _, verb := range []string{"list", "watch"} {
+		if allows(own, "", "secrets", verb) {
+			errs = append(errs, fmt.Errorf("ServiceAccount %s/%s may %s Secrets in %s: the ownership key needs get by name only", d.Namespace, sa, verb, d.Namespace))
+		}
+	}
+	if !slices.ContainsFunc(d.Spec.Template.Spec.Containers[0].Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAMESPACE" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace"
+	}) {
+		errs = append(errs, errors.New("the operator's container lacks POD_NAMESPACE from the downward API: it would not find its ownership key Secret"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -473,6 +501,98 @@ func checkNoClusterSecretReads(b *bundle) error {
 	for _, verb := range []string{"list", "watch"} {
 		if allows(cluster, "", "secrets", verb) {
 			errs = append(errs, fmt.Errorf("ServiceAccount %s/%s may %s Secrets in every namespace", d.Namespace, sa, verb))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkNoClusterSecretRights: in the default install nothing bound
+// cluster-wide grants any verb on Secrets. Every right on Secrets is held in
+// a namespace: those the operator serves (namespace-role), the kubernetes
+// provider's pods namespace, the operator's own (docs/security.md, RBAC;
+// #12 item 10). get, create, update or patch in every namespace would each
+// be the right to read any Secret whose name is known (a patch answers
+// with the whole object).
+func checkNoClusterSecretRights(b *bundle) error {
+	d, _, err := operator(b)
+	if err != nil {
+		return err
+	}
+	sa := d.Spec.Template.Spec.ServiceAccountName
+	var errs []error
+	for _, crb := range b.ClusterRoleBindings {
+		if !slices.ContainsFunc(crb.Subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == d.Namespace
+		}) {
+			continue
+		}
+		rules := b.rulesOf("", crb.RoleRef)
+		for _, verb := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+			if allows(rules, "", "secrets", verb) {
+				errs = append(errs, fmt.Errorf("ServiceAccount %s/%s may %s Secrets in every namespace (ClusterRoleBinding %s, %s %s)",
+					d.Namespace, sa, verb, crb.Name, crb.RoleRef.Kind, crb.RoleRef.Name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkServedNamespaces: the namespaces in the operator's --namespaces flag
+// and the namespaces where namespace-role is bound to it are the same. A
+// served namespace without the binding stops the operator at start (and
+// would otherwise never sync its caches); a binding without the flag is a
+// right nobody uses. Without --namespaces the operator serves every
+// namespace and needs namespace-role bound cluster-wide
+// (config/all-namespaces).
+func checkServedNamespaces(b *bundle) error {
+	d, c, err := operator(b)
+	if err != nil {
+		return err
+	}
+	served, err := setup.ParseNamespaces(flagValue(c.Args, "namespaces", ""))
+	if err != nil {
+		return fmt.Errorf("--namespaces: %w", err)
+	}
+	sa := d.Spec.Template.Spec.ServiceAccountName
+	isOperator := func(subjects []rbacv1.Subject) bool {
+		return slices.ContainsFunc(subjects, func(s rbacv1.Subject) bool {
+			return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == d.Namespace
+		})
+	}
+	isNamespaceRole := func(ref rbacv1.RoleRef) bool {
+		return ref.Kind == "ClusterRole" && strings.HasSuffix(ref.Name, setup.NamespaceRole)
+	}
+	var clusterWide []string
+	for _, crb := range b.ClusterRoleBindings {
+		if isOperator(crb.Subjects) && isNamespaceRole(crb.RoleRef) {
+			clusterWide = append(clusterWide, crb.Name)
+		}
+	}
+	bound := map[string]bool{}
+	for _, rb := range b.RoleBindings {
+		if isOperator(rb.Subjects) && isNamespaceRole(rb.RoleRef) {
+			bound[rb.Namespace] = true
+		}
+	}
+	var errs []error
+	if len(served) == 0 {
+		if len(clusterWide) == 0 {
+			errs = append(errs, fmt.Errorf("no --namespaces: the operator serves every namespace, but no ClusterRoleBinding gives it %s", setup.NamespaceRole))
+		}
+		return errors.Join(errs...)
+	}
+	if len(clusterWide) > 0 {
+		errs = append(errs, fmt.Errorf("--namespaces=%s, yet ClusterRoleBinding %s binds %s in every namespace",
+			strings.Join(served, ","), strings.Join(clusterWide, ", "), setup.NamespaceRole))
+	}
+	for _, ns := range served {
+		if !bound[ns] {
+			errs = append(errs, fmt.Errorf("namespace %s is served (--namespaces) but has no RoleBinding of %s", ns, setup.NamespaceRole))
+		}
+	}
+	for _, ns := range slices.Sorted(maps.Keys(bound)) {
+		if !slices.Contains(served, ns) {
+			errs = append(errs, fmt.Errorf("namespace %s has a RoleBinding of %s but is not in --namespaces=%s", ns, setup.NamespaceRole, strings.Join(served, ",")))
 		}
 	}
 	return errors.Join(errs...)

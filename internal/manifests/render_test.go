@@ -3,6 +3,7 @@ package manifests
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
@@ -32,6 +35,8 @@ var defaultChecks = []struct {
 	{"provider rights", checkProviderRights},
 	{"CRDs", checkCRDs},
 	{"no cluster-wide Secret reading", checkNoClusterSecretReads},
+	{"served namespaces", checkServedNamespaces},
+	{"no cluster-wide Secret rights", checkNoClusterSecretRights},
 }
 
 func runDefaultChecks(b *bundle) error {
@@ -347,12 +352,71 @@ func TestDefaultChecksFail(t *testing.T) {
 			want: "may not create tokenreviews",
 		},
 		{
+			name:   "ownership key role unbound",
+			reason: "the operator reads and creates its ownership key Secret through a Role of its namespace, not the ClusterRole",
+			mutate: func(b *bundle) {
+				b.RoleBindings = slices.DeleteFunc(b.RoleBindings, func(r *rbacv1.RoleBinding) bool {
+					return r.RoleRef.Name == "egress-proxies-operator-ownership-key-role"
+				})
+			},
+			want: "may not get its ownership key Secret",
+		},
+		{
+			name:   "no POD_NAMESPACE",
+			reason: "the operator finds its ownership key Secret in its own namespace",
+			mutate: func(b *bundle) {
+				c := manager(b)
+				c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "POD_NAMESPACE" })
+			},
+			want: "lacks POD_NAMESPACE",
+		},
+		{
 			name:   "operator namespace missing",
 			reason: "every namespaced object's namespace is created by the render",
 			mutate: func(b *bundle) {
 				b.Namespaces = slices.DeleteFunc(b.Namespaces, func(n *corev1.Namespace) bool { return n.Name == "egress-proxies-system" })
 			},
 			want: `the render creates no Namespace "egress-proxies-system"`,
+		},
+		{
+			name:   "namespace role bound cluster-wide",
+			reason: "the default serves named namespaces; namespace-role bound cluster-wide gives Secret rights in every namespace",
+			mutate: func(b *bundle) {
+				rb := b.RoleBindings[slices.IndexFunc(b.RoleBindings, func(rb *rbacv1.RoleBinding) bool { return rb.Namespace == "crawlers" })]
+				b.ClusterRoleBindings = append(b.ClusterRoleBindings, &rbacv1.ClusterRoleBinding{
+					ObjectMeta: metav1.ObjectMeta{Name: rb.Name}, RoleRef: rb.RoleRef, Subjects: rb.Subjects})
+			},
+			want: "may get Secrets in every namespace",
+		},
+		{
+			name:   "Secret rights in the cluster-wide role",
+			reason: "a Secret marker without roleName=namespace-role lands in the ClusterRole bound cluster-wide",
+			mutate: func(b *bundle) {
+				for _, cr := range b.ClusterRoles {
+					if cr.Name == "egress-proxies-operator-manager-role" {
+						cr.Rules = append(cr.Rules, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}})
+					}
+				}
+			},
+			want: "may create Secrets in every namespace",
+		},
+		{
+			name:   "served namespace without its binding",
+			reason: "a namespace added to --namespaces alone leaves the operator without rights there",
+			mutate: func(b *bundle) { setArg(manager(b), "namespaces", "crawlers,team-a") },
+			want:   "namespace team-a is served (--namespaces) but has no RoleBinding of namespace-role",
+		},
+		{
+			name:   "binding without the flag",
+			reason: "without --namespaces the operator serves every namespace, and the RoleBinding alone does not let it",
+			mutate: func(b *bundle) { setArg(manager(b), "namespaces", "") },
+			want:   "no ClusterRoleBinding gives it namespace-role",
+		},
+		{
+			name:   "binding in a namespace not served",
+			reason: "rights in a namespace the operator does not serve are rights nobody uses",
+			mutate: func(b *bundle) { setArg(manager(b), "namespaces", "egress-proxies") },
+			want:   "namespace crawlers has a RoleBinding of namespace-role but is not in --namespaces=egress-proxies",
 		},
 		{
 			name:   "CRD missing",
@@ -371,6 +435,68 @@ func TestDefaultChecksFail(t *testing.T) {
 			err = runDefaultChecks(b)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("%s (%s):\ngot  %v\nwant an error containing %q", tt.name, tt.reason, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestAllNamespaces renders config/default with config/all-namespaces in
+// place of config/namespaces, as docs/security.md tells an administrator who
+// wants Proxies in every namespace: the operator then has no --namespaces
+// and namespace-role is bound cluster-wide, and every other check of the
+// default holds, except the one this choice gives up.
+func TestAllNamespaces(t *testing.T) {
+	fsys := filesys.MakeFsInMemory()
+	root := filepath.Join(repoRoot(t), "config")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		if rel == filepath.Join("default", "kustomization.yaml") {
+			swapped := strings.Replace(string(data), "- ../namespaces\n", "- ../all-namespaces\n", 1)
+			if swapped == string(data) {
+				t.Fatal("config/default/kustomization.yaml does not list the component ../namespaces")
+			}
+			data = []byte(swapped)
+		}
+		return fsys.WriteFile(filepath.Join(string(filepath.Separator), "config", rel), data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := decode(decoder(t), renderDocsIn(t, fsys, "/config/default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c, err := operator(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := flagValue(c.Args, "namespaces", ""); v != "" {
+		t.Errorf("--namespaces=%s: every namespace is the flag's absence", v)
+	}
+	if slices.ContainsFunc(b.RoleBindings, func(rb *rbacv1.RoleBinding) bool { return rb.Namespace == "crawlers" }) {
+		t.Error("the RoleBinding in crawlers is still rendered")
+	}
+	for _, c := range defaultChecks {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.check(b)
+			if c.name == "no cluster-wide Secret rights" {
+				if err == nil {
+					t.Error("namespace-role bound cluster-wide, yet no cluster-wide Secret right was found")
+				}
+				return
+			}
+			if err != nil {
+				t.Error(err)
 			}
 		})
 	}

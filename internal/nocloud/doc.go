@@ -14,7 +14,7 @@
 // reads when it mounts the image. This is the layout that
 // `genisoimage -J -V cidata` produces, minus Rock Ridge.
 //
-// The package ships in the operator (the proxmox provider uploads its seeds).
+// The package ships in the operator (the VM providers upload its seeds).
 // Reading a seed back is only for tests and simulators: that is
 // internal/testing/nocloudread.
 package nocloud

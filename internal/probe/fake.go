@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync"
 	"time"
@@ -15,13 +16,16 @@ type Fake struct {
 	failing map[string]error
 	egress  map[string]netip.Addr
 	probed  map[string]int
+	hanging map[string]chan struct{}
+	started map[string]int
 }
 
 var _ Prober = (*Fake)(nil)
 
 // NewFake returns a Fake where every proxy passes.
 func NewFake() *Fake {
-	return &Fake{failing: map[string]error{}, egress: map[string]netip.Addr{}, probed: map[string]int{}}
+	return &Fake{failing: map[string]error{}, egress: map[string]netip.Addr{}, probed: map[string]int{},
+		hanging: map[string]chan struct{}{}, started: map[string]int{}}
 }
 
 // Fail makes probes of the proxy at address (host:port) fail with err.
@@ -45,6 +49,34 @@ func (f *Fake) Egress(address string, ip netip.Addr) {
 	f.egress[address] = ip
 }
 
+// Hang makes probes of the proxy at address block, as a proxy that drops
+// packets does, until Release or the end of their context.
+func (f *Fake) Hang(address string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.hanging[address]; !ok {
+		f.hanging[address] = make(chan struct{})
+	}
+}
+
+// Release lets the probes that Hang holds, and later ones, go on.
+func (f *Fake) Release(address string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c, ok := f.hanging[address]; ok {
+		close(c)
+		delete(f.hanging, address)
+	}
+}
+
+// Started returns how many probes of the proxy at address began, whether
+// or not they ended.
+func (f *Fake) Started(address string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.started[address]
+}
+
 // Probed returns how many times the proxy at address was probed.
 func (f *Fake) Probed(address string) int {
 	f.mu.Lock()
@@ -58,6 +90,17 @@ func (f *Fake) Probed(address string) int {
 func (f *Fake) Probe(ctx context.Context, t Target) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
+	}
+	f.mu.Lock()
+	f.started[t.Address]++
+	hang := f.hanging[t.Address]
+	f.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+			return Result{}, fmt.Errorf("probing %s: %w", t.Address, ctx.Err())
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -45,13 +45,14 @@ const ReasonRefused Reason = "Refused"
 // Op names a provider operation, for errors, logs, spans and metrics.
 type Op string
 
-// The operations of the Provider and Checker interfaces.
+// The operations of the Provider, Checker and Sweeper interfaces.
 const (
 	OpCreate    Op = "create"
 	OpGet       Op = "get"
 	OpDelete    Op = "delete"
 	OpListByTag Op = "list"
 	OpCheck     Op = "check"
+	OpSweep     Op = "sweep"
 )
 
 // Error is a classified provider error. Providers build it with NewTransient,

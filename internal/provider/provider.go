@@ -197,6 +197,19 @@ type Provider interface {
 	ListByTag(ctx context.Context) ([]Instance, error)
 }
 
+// Sweeper is implemented by providers whose instances leave things behind
+// that are not instances themselves and that ListByTag cannot show (the
+// Proxmox provider's seed ISOs, which hold proxy credentials). Garbage
+// collection calls Sweep on every pass.
+type Sweeper interface {
+	// Sweep removes what the provider left behind and no instance needs
+	// any more, and returns how many things it removed or started to
+	// remove. It never touches anything that does not carry the operator's
+	// name (or signature), nor anything young enough to belong to a create
+	// in progress. It honours its context.
+	Sweep(ctx context.Context) (int, error)
+}
+
 // Checker is implemented by providers that can check their own health. The
 // operator calls Check on an interval and writes the verdicts into the
 // entry's ProviderHealth object.

@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 )
 
 // Type describes one provider type, such as proxmox or kubernetes. Each
@@ -48,6 +49,11 @@ type Deps struct {
 	// Log is the provider's logger for what happens outside a call (calls
 	// log through the logger of their context).
 	Log logr.Logger
+	// Ownership is the installation's identity: every instance the
+	// provider creates carries a mark signed with it, and only instances
+	// whose mark it verifies are the provider's (listed, adopted, changed
+	// or deleted). Never nil in a running operator.
+	Ownership *ownership.Identity
 }
 
 // Types is a list of provider types.

@@ -1,6 +1,7 @@
 package pvesim
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -11,11 +12,13 @@ import (
 // loopback listener (ServeAdmin):
 //
 //	GET    /admin/counters              request counts by "METHOD /template"
-//	DELETE /admin/counters              reset the counters
+//	GET    /admin/bytes                 bytes answered (successful bodies) by "METHOD /template"
+//	DELETE /admin/counters              reset the counters and the bytes
 //	POST   /admin/faults/call           a CallFault (failure, latency, cut)
 //	POST   /admin/faults/task           {"type","exitstatus","count"}
 //	POST   /admin/faults/node           {"node","unreachable","status","text"}
-//	POST   /admin/faults/agent          {"vmid","never"}
+//	POST   /admin/faults/agent          {"vmid","never"} or {"next": n}
+//	GET    /admin/mutations             every mutating call (Mutation)
 //	POST   /admin/faults/lock           {"vmid","lock"}
 //	DELETE /admin/faults                clear call, task and node faults
 //	GET    /admin/vms                   VMID, node, name, status, lock of every VM
@@ -23,6 +26,9 @@ func (s *Sim) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/counters", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.Counters())
+	})
+	mux.HandleFunc("GET /admin/bytes", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.ResponseBytes())
 	})
 	mux.HandleFunc("DELETE /admin/counters", func(w http.ResponseWriter, _ *http.Request) {
 		s.ResetCounters()
@@ -72,8 +78,14 @@ func (s *Sim) AdminHandler() http.Handler {
 		var body struct {
 			VMID  int  `json:"vmid"`
 			Never bool `json:"never"`
+			Next  int  `json:"next"`
 		}
 		if !readJSON(w, r, &body) {
+			return
+		}
+		if body.Next > 0 {
+			s.AgentNeverStartsNext(body.Next)
+			writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 			return
 		}
 		if !s.SetAgentNeverStarts(body.VMID, body.Never) {
@@ -99,6 +111,9 @@ func (s *Sim) AdminHandler() http.Handler {
 	mux.HandleFunc("DELETE /admin/faults", func(w http.ResponseWriter, _ *http.Request) {
 		s.ClearFaults()
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	mux.HandleFunc("GET /admin/mutations", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.Mutations())
 	})
 	mux.HandleFunc("GET /admin/vms", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.VMs())
@@ -126,6 +141,37 @@ func (s *Sim) VMs() []VMInfo {
 		out = append(out, VMInfo{VMID: v.vmid, Node: v.node, Name: v.name(), Status: v.status, QMP: v.qmp, Lock: v.lock(), Template: v.template()})
 	}
 	slices.SortFunc(out, func(a, b VMInfo) int { return a.VMID - b.VMID })
+	return out
+}
+
+// VolumeInfo is a summary of a stored volume for tests and benchmarks.
+type VolumeInfo struct {
+	// Node is where the volume is seen, "" on a shared storage.
+	Node    string `json:"node,omitempty"`
+	Storage string `json:"storage"`
+	VolID   string `json:"volid"`
+	Content string `json:"content"`
+	Size    int64  `json:"size"`
+}
+
+// Volumes lists every volume of a content type ("" for all), by storage,
+// node and volume ID.
+func (s *Sim) Volumes(content string) []VolumeInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []VolumeInfo
+	for id, st := range s.storages {
+		for node, vols := range st.volumes {
+			for _, v := range vols {
+				if content == "" || v.content == content {
+					out = append(out, VolumeInfo{Node: node, Storage: id, VolID: v.volid, Content: v.content, Size: v.size})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b VolumeInfo) int {
+		return cmp.Or(strings.Compare(a.Storage, b.Storage), strings.Compare(a.Node, b.Node), strings.Compare(a.VolID, b.VolID))
+	})
 	return out
 }
 

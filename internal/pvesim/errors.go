@@ -132,8 +132,9 @@ func writeRaw(w http.ResponseWriter, r *http.Request, status int, reason string,
 	_ = bw.Flush()
 }
 
-// writeData writes a successful answer {"data": v}.
-func writeData(w http.ResponseWriter, v any) {
+// writeData writes a successful answer {"data": v} and returns the length
+// of its body.
+func writeData(w http.ResponseWriter, v any) int {
 	b, err := json.Marshal(map[string]any{"data": v})
 	if err != nil {
 		b = []byte(`{"data":null}`)
@@ -146,4 +147,5 @@ func writeData(w http.ResponseWriter, v any) {
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+	return len(b)
 }

@@ -1,6 +1,7 @@
 package pvesim
 
 import (
+	"fmt"
 	"net/http"
 	"path"
 	"strings"
@@ -35,8 +36,25 @@ type CallFault struct {
 	// Latency delays the answer.
 	Latency Duration `json:"latency,omitempty"`
 	// Cut sends the status line, headers and half the body, then closes
-	// the connection.
+	// the connection. The call has no effect.
 	Cut bool `json:"cut,omitempty"`
+	// LoseAnswer runs the call (its effect takes place: a clone starts, a
+	// VM is destroyed) and then cuts the answer as Cut does, as when the
+	// connection drops after pveproxy accepted the request: the client
+	// cannot tell whether the call happened.
+	LoseAnswer bool `json:"loseAnswer,omitempty"`
+	// LockTimeout fails the call with the 500 of a VM config lock that could
+	// not be taken in time ("can't lock file
+	// '/var/lock/qemu-server/lock-<vmid>.conf' - got timeout"), naming the
+	// VMID of the path. The call has no effect.
+	LockTimeout bool `json:"lockTimeout,omitempty"`
+}
+
+// effect is the merged effect of the call faults matching one call.
+type effect struct {
+	latency                 time.Duration
+	fail                    *CallFault
+	cut, lose, lockTimedOut bool
 }
 
 // matches reports whether the fault applies to a call.
@@ -70,22 +88,39 @@ type faults struct {
 	calls []*CallFault
 	tasks []*taskFault
 	nodes map[string]unreachable
+	// agentNever is how many of the next cloned VMs get a guest agent
+	// that never answers.
+	agentNever int
+}
+
+// takeAgentNever consumes one use of the agent-never fault of new VMs.
+func (fs *faults) takeAgentNever() bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.agentNever == 0 {
+		return false
+	}
+	fs.agentNever--
+	return true
 }
 
 // take returns the merged effect of the call faults matching a call and
 // consumes one use of each counted fault.
-func (fs *faults) take(method, tmpl, concrete string) (latency time.Duration, fail *CallFault, cut bool) {
+func (fs *faults) take(method, tmpl, concrete string) effect {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
+	var e effect
 	kept := fs.calls[:0]
 	for _, f := range fs.calls {
 		keep := true
 		if f.matches(method, tmpl, concrete) {
-			latency += time.Duration(f.Latency)
-			if f.Status != 0 && fail == nil {
-				fail = f
+			e.latency += time.Duration(f.Latency)
+			if f.Status != 0 && e.fail == nil {
+				e.fail = f
 			}
-			cut = cut || f.Cut
+			e.cut = e.cut || f.Cut
+			e.lose = e.lose || f.LoseAnswer
+			e.lockTimedOut = e.lockTimedOut || f.LockTimeout
 			if f.Count > 0 {
 				f.Count--
 				keep = f.Count > 0
@@ -96,7 +131,7 @@ func (fs *faults) take(method, tmpl, concrete string) (latency time.Duration, fa
 		}
 	}
 	fs.calls = kept
-	return latency, fail, cut
+	return e
 }
 
 // takeTaskFault consumes a forced exitstatus for a task type.
@@ -150,6 +185,28 @@ func (s *Sim) AddLatency(method, pathPattern string, d time.Duration) {
 // matching method and pathPattern.
 func (s *Sim) CutNext(method, pathPattern string, n int) {
 	s.AddCallFault(CallFault{Method: method, Path: pathPattern, Count: n, Cut: true})
+}
+
+// LoseAnswerNext runs the next n calls matching method and pathPattern and
+// then cuts their answers: the effect takes place, the client sees a broken
+// connection.
+func (s *Sim) LoseAnswerNext(method, pathPattern string, n int) {
+	s.AddCallFault(CallFault{Method: method, Path: pathPattern, Count: n, LoseAnswer: true})
+}
+
+// LockTimeoutNext fails the next n calls matching method and pathPattern
+// with the 500 of a VM config lock that timed out.
+func (s *Sim) LockTimeoutNext(method, pathPattern string, n int) {
+	s.AddCallFault(CallFault{Method: method, Path: pathPattern, Count: n, LockTimeout: true})
+}
+
+// AgentNeverStartsNext gives the next n VMs cloned a guest agent that never
+// answers (see SetAgentNeverStarts), for a test that does not know their
+// VMIDs in advance.
+func (s *Sim) AgentNeverStartsNext(n int) {
+	s.faults.mu.Lock()
+	defer s.faults.mu.Unlock()
+	s.faults.agentNever += n
 }
 
 // FailTasks makes the next n tasks of taskType ("qmclone", "qmstart", ...;
@@ -206,37 +263,57 @@ func (s *Sim) SetLock(vmid int, lock string) bool {
 	return true
 }
 
-// ClearFaults removes every call, task and node fault (agent and lock
-// faults stay: they are VM state).
+// ClearFaults removes every call, task and node fault and the agent fault
+// of future VMs (agent and lock faults of existing VMs stay: they are VM
+// state).
 func (s *Sim) ClearFaults() {
 	s.faults.mu.Lock()
 	defer s.faults.mu.Unlock()
 	s.faults.calls = nil
 	s.faults.tasks = nil
 	s.faults.nodes = map[string]unreachable{}
+	s.faults.agentNever = 0
 }
 
-// applyCallFaults handles latency, failure and cut faults for a call. It
-// returns true when the call was answered by a fault.
-func (s *Sim) applyCallFaults(w http.ResponseWriter, r *http.Request, tmpl, concrete string) bool {
-	latency, fail, cut := s.faults.take(r.Method, tmpl, concrete)
-	if latency > 0 {
-		t := time.NewTimer(latency)
+// lockTimeoutText is the error of a VM config lock not taken in time; the
+// VMID names the lock file. A choice: a real host words it so, but the facts
+// of docs/proxmox-behaviour.md did not observe it.
+func lockTimeoutText(vmid string) string {
+	return fmt.Sprintf("can't lock file '/var/lock/qemu-server/lock-%s.conf' - got timeout", vmid)
+}
+
+// callFaults waits out the latency faults of a call and returns how the
+// other faults answer it: answer is nil when no fault answers the call
+// (status is then meaningless); otherwise it writes the fault's answer,
+// whose status is status (0 for a cut answer). lose says to cut the answer
+// after the handler ran.
+func (s *Sim) callFaults(r *http.Request, tmpl, concrete, vmid string) (status int, answer func(http.ResponseWriter), lose bool) {
+	e := s.faults.take(r.Method, tmpl, concrete)
+	if e.latency > 0 {
+		t := time.NewTimer(e.latency)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			return true
+			return 0, func(http.ResponseWriter) {}, false
 		}
 	}
-	if cut {
-		body := []byte(`{"data":{"truncated":"this answer was cut by a simulator fault"}}`)
-		writeRaw(w, r, http.StatusOK, "OK", body[:len(body)/2], len(body))
-		return true
+	switch {
+	case e.cut:
+		return 0, func(w http.ResponseWriter) { cutAnswer(w, r) }, false
+	case e.fail != nil:
+		aerr := &apiError{status: e.fail.Status, message: e.fail.Message}
+		return aerr.status, func(w http.ResponseWriter) { writeAPIError(w, r, aerr) }, false
+	case e.lockTimedOut && vmid != "":
+		aerr := errInternal(lockTimeoutText(vmid))
+		return aerr.status, func(w http.ResponseWriter) { writeAPIError(w, r, aerr) }, false
 	}
-	if fail != nil {
-		writeAPIError(w, r, &apiError{status: fail.Status, message: fail.Message})
-		return true
-	}
-	return false
+	return 0, nil, e.lose
+}
+
+// cutAnswer sends a status line, headers and half a body, then closes the
+// connection.
+func cutAnswer(w http.ResponseWriter, r *http.Request) {
+	body := []byte(`{"data":{"truncated":"this answer was cut by a simulator fault"}}`)
+	writeRaw(w, r, http.StatusOK, "OK", body[:len(body)/2], len(body))
 }

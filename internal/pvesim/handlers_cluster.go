@@ -39,7 +39,7 @@ func (s *Sim) vmResource(v *vm, nodeDown bool) map[string]any {
 	m["maxcpu"] = max(cores, 1)
 	m["maxmem"] = mem << 20
 	m["maxdisk"] = s.bootDiskSize(v)
-	m["uptime"] = v.uptime()
+	m["uptime"] = s.uptime(v)
 	m["cpu"] = 0
 	m["mem"] = 0
 	m["disk"] = 0
@@ -56,12 +56,13 @@ func (s *Sim) vmResource(v *vm, nodeDown bool) map[string]any {
 	return m
 }
 
-// uptime is the seconds since the VM left prelaunch, 0 when stopped.
-func (v *vm) uptime() int64 {
+// uptime is the simulated seconds since the VM left prelaunch (wall time
+// times the speed-up, like every other simulated duration), 0 when stopped.
+func (s *Sim) uptime(v *vm) int64 {
 	if !v.isRunning() || v.started.IsZero() {
 		return 0
 	}
-	return int64(time.Since(v.started) / time.Second)
+	return int64(time.Since(v.started).Seconds() * s.speed)
 }
 
 // boolInt renders a boolean as Proxmox does (0 or 1).

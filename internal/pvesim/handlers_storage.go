@@ -220,6 +220,7 @@ func (s *Sim) hUpload(c *call) (any, *apiError) {
 		return nil, paramError(map[string]string{"content": fmt.Sprintf("storage '%s' does not support '%s' content", st.cfg.ID, content)})
 	}
 	volid := st.cfg.ID + ":" + content + "/" + filename
+	c.volume = volid
 	t := s.newTask(c.node, "imgcopy", "", c.p)
 	t.logf("starting file import from: %s", tmpPath)
 	if want := params["checksum"]; want != "" && sum != "" {

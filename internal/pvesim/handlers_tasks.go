@@ -1,6 +1,10 @@
 package pvesim
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // lookupTask returns a task the principal may read.
 func (s *Sim) lookupTask(c *call) (*task, *apiError) {
@@ -68,4 +72,63 @@ func (s *Sim) TaskStatus(upid string) (status, exitstatus string, ok bool) {
 		return "running", "", true
 	}
 	return statusStopped, t.exit, true
+}
+
+// hTasks answers GET /nodes/{node}/tasks, the node's task list, newest
+// first: finished tasks (source=archive, the default), running ones
+// (active) or both (all), from since on, at most limit (default 50) after
+// skipping start, optionally only errors, one type, one VM or one user. A
+// finished task carries its exitstatus as status, and its endtime; a running
+// one has neither. The caller sees its own tasks, or all of them with
+// Sys.Audit on the node, as Proxmox documents it.
+func (s *Sim) hTasks(c *call) (any, *apiError) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.nodes[c.node]; !ok {
+		return nil, errInternal("no such node '" + c.node + "'")
+	}
+	audit := c.p.has("/nodes/"+c.node, "Sys.Audit")
+	source := c.params["source"]
+	since, _ := strconv.ParseInt(c.params["since"], 10, 64)
+	until, _ := strconv.ParseInt(c.params["until"], 10, 64)
+	start, _ := strconv.Atoi(c.params["start"])
+	limit := 50
+	if v, ok := c.params["limit"]; ok {
+		limit, _ = strconv.Atoi(v)
+	}
+	var list []*task
+	for _, t := range s.tasks {
+		switch {
+		case t.node != c.node,
+			!audit && (t.user != c.p.user || t.token != c.p.token),
+			t.running && source != "active" && source != "all",
+			!t.running && source == "active",
+			t.start.Unix() < since,
+			until != 0 && t.start.Unix() > until,
+			paramTrue(c.params["errors"]) && (t.running || t.exit == "OK" || strings.HasPrefix(t.exit, "WARNINGS: ")),
+			c.params["typefilter"] != "" && t.typ != c.params["typefilter"],
+			c.params["vmid"] != "" && t.id != c.params["vmid"],
+			c.params["userfilter"] != "" && !strings.Contains(strings.ToLower(t.user+"!"+t.token), strings.ToLower(c.params["userfilter"])):
+			continue
+		}
+		list = append(list, t)
+	}
+	slices.SortFunc(list, func(a, b *task) int { return b.start.Compare(a.start) })
+	out := []map[string]any{}
+	for i, t := range list {
+		if i < start {
+			continue
+		}
+		if len(out) >= limit {
+			break
+		}
+		m := map[string]any{"upid": t.upid, "node": t.node, "pid": t.pid, "pstart": t.pstart,
+			"starttime": t.start.Unix(), "type": t.typ, "id": t.id, "user": t.user + "!" + t.token}
+		if !t.running {
+			m["status"] = t.exit
+			m["endtime"] = t.end.Unix()
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }

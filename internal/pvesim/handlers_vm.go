@@ -220,7 +220,7 @@ func (s *Sim) hStatusCurrent(c *call) (any, *apiError) {
 		qmp = statusStopped
 	}
 	m := map[string]any{
-		"vmid": v.vmid, "status": v.status, "qmpstatus": qmp, "uptime": v.uptime(),
+		"vmid": v.vmid, "status": v.status, "qmpstatus": qmp, "uptime": s.uptime(v),
 		"cpus": max(cores, 1), "maxmem": mem << 20, "mem": 0, "maxdisk": s.bootDiskSize(v), "disk": 0,
 		"cpu": 0, "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
 		"ha": map[string]any{"managed": 0},
@@ -273,7 +273,7 @@ func (s *Sim) hNodeVMs(c *call) (any, *apiError) {
 		cores, _ := strconv.Atoi(v.conf["cores"])
 		mem, _ := strconv.ParseInt(v.conf["memory"], 10, 64)
 		m := map[string]any{
-			"vmid": id, "status": v.status, "uptime": v.uptime(),
+			"vmid": id, "status": v.status, "uptime": s.uptime(v),
 			"cpus": max(cores, 1), "maxmem": mem << 20, "mem": 0, "maxdisk": s.bootDiskSize(v), "disk": 0,
 			"cpu": 0, "netin": 0, "netout": 0, "diskread": 0, "diskwrite": 0,
 		}
@@ -578,6 +578,7 @@ func (s *Sim) hClone(c *call) (any, *apiError) {
 		return nil, errLocked(l)
 	}
 	nv := &vm{vmid: newid, node: target, status: statusStopped, qmp: statusStopped, cloning: true, conf: map[string]string{"lock": lockClone}}
+	nv.agentNever = s.faults.takeAgentNever()
 	s.vms[newid] = nv
 	t := s.newTask(c.node, "qmclone", itoa(src.vmid), c.p)
 	name, hasName := c.params["name"]

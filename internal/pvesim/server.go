@@ -31,8 +31,12 @@ type Sim struct {
 	guests GuestRunner
 	faults faults
 
-	countMu  sync.Mutex
-	counters map[string]int64
+	// countMu guards the request counters, the bytes answered per
+	// counter key and the mutation log.
+	countMu   sync.Mutex
+	counters  map[string]int64
+	bytes     map[string]int64
+	mutations []Mutation
 
 	// mu guards everything below.
 	mu         sync.Mutex
@@ -78,7 +82,7 @@ func New(cfg Config, opts ...Option) (*Sim, error) {
 	}
 	s := &Sim{
 		cfg: cfg, speed: cfg.Speed, timing: cfg.Timings.withDefaults(), schema: schema,
-		guests: NopGuestRunner{}, counters: map[string]int64{},
+		guests: NopGuestRunner{}, counters: map[string]int64{}, bytes: map[string]int64{},
 		bootTime: time.Now(), nextPID: 4000,
 		nodes: map[string]*node{}, storages: map[string]*storage{}, vms: map[int]*vm{},
 		containers: map[int]ContainerConfig{}, tasks: map[string]*task{},
@@ -344,6 +348,8 @@ type call struct {
 	params map[string]string
 	node   string
 	vmid   int
+	// volume is the volid an upload wrote, for the mutation log.
+	volume string
 }
 
 // handlerFunc serves a call and returns the data or an error.
@@ -421,6 +427,7 @@ func (s *Sim) buildRoutes() []*route {
 	r = s.addRoute(r, http.MethodPost, "/nodes/{node}/storage/{storage}/upload", s.hUpload)
 	r[len(r)-1].multipart = true
 	r = s.addRoute(r, http.MethodDelete, "/nodes/{node}/storage/{storage}/content/{volume}", s.hDeleteVolume)
+	r = s.addRoute(r, http.MethodGet, "/nodes/{node}/tasks", s.hTasks)
 	r = s.addRoute(r, http.MethodGet, "/nodes/{node}/tasks/{upid}/status", s.hTaskStatus)
 	r = s.addRoute(r, http.MethodGet, "/nodes/{node}/tasks/{upid}/log", s.hTaskLog)
 	return r
@@ -468,7 +475,8 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rt != nil {
 		tmpl = rt.tmpl
 	}
-	s.count(r.Method + " " + tmpl)
+	key := r.Method + " " + tmpl
+	s.count(key)
 	p, aerr := s.authenticate(r)
 	if aerr != nil {
 		writeAPIError(w, r, aerr)
@@ -478,19 +486,39 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, r, errf(http.StatusNotImplemented, "Method '%s %s' not implemented", r.Method, escaped))
 		return
 	}
+	// Every mutating call is recorded as it arrives and again with its
+	// outcome (see Mutation), before the answer is written, so that a client
+	// that has its answer finds the call recorded.
+	var mut *Mutation
+	finish := func(status int) {}
+	if isMutating(r.Method) {
+		mut = newMutation(r, p, tmpl, escaped, pathParams)
+		i := s.startMutation(*mut)
+		finish = func(status int) {
+			mut.Status = status
+			s.finishMutation(i, *mut)
+		}
+	}
+	fail := func(aerr *apiError) {
+		finish(aerr.status)
+		writeAPIError(w, r, aerr)
+	}
 	nodeName := pathParams["node"]
 	release, aerr := s.admit(r.Context(), nodeName)
 	if aerr != nil {
-		writeAPIError(w, r, aerr)
+		fail(aerr)
 		return
 	}
 	defer release()
-	if s.applyCallFaults(w, r, tmpl, escaped) {
+	status, answer, lose := s.callFaults(r, tmpl, escaped, pathParams["vmid"])
+	if answer != nil {
+		finish(status)
+		answer(w)
 		return
 	}
 	if nodeName != "" {
 		if aerr := s.routeToNode(nodeName); aerr != nil {
-			writeAPIError(w, r, aerr)
+			fail(aerr)
 			return
 		}
 	}
@@ -500,31 +528,46 @@ func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		params, aerr := readParams(r)
 		if aerr != nil {
-			writeAPIError(w, r, aerr)
+			fail(aerr)
 			return
 		}
 		maps.Copy(params, pathParams)
 		c.params = params
 	}
+	if mut != nil {
+		mut.NewID, _ = strconv.Atoi(c.params["newid"])
+	}
 	if aerr := evalCheck(rt.schema.Check, p, c.params); aerr != nil {
-		writeAPIError(w, r, aerr)
+		fail(aerr)
 		return
 	}
 	if !rt.multipart {
 		if errs := rt.schema.validate(c.params); len(errs) > 0 {
-			writeAPIError(w, r, paramError(errs))
+			fail(paramError(errs))
 			return
 		}
 	}
 	if v, ok := c.params["vmid"]; ok {
 		c.vmid, _ = strconv.Atoi(v)
 	}
-	data, aerr := rt.h(c)
-	if aerr != nil {
-		writeAPIError(w, r, aerr)
-		return
+	if mut != nil {
+		mut.Effect = true
 	}
-	writeData(w, data)
+	data, aerr := rt.h(c)
+	if mut != nil && c.volume != "" {
+		mut.Volume = c.volume
+	}
+	switch {
+	case lose:
+		// LoseAnswer: the effect took place, the answer is lost.
+		finish(0)
+		cutAnswer(w, r)
+	case aerr != nil:
+		fail(aerr)
+	default:
+		finish(http.StatusOK)
+		s.countBytes(key, writeData(w, data))
+	}
 }
 
 // admit waits for a free worker of the node (the entry node for
@@ -595,6 +638,13 @@ func (s *Sim) count(key string) {
 	s.countMu.Unlock()
 }
 
+// countBytes adds n bytes answered to the "METHOD /template" key.
+func (s *Sim) countBytes(key string, n int) {
+	s.countMu.Lock()
+	s.bytes[key] += int64(n)
+	s.countMu.Unlock()
+}
+
 // Counters returns the request counts by "METHOD /path/template", e.g.
 // "GET /nodes/{node}/qemu/{vmid}/status/current". Unknown paths count as
 // "METHOD unmatched".
@@ -604,9 +654,21 @@ func (s *Sim) Counters() map[string]int64 {
 	return maps.Clone(s.counters)
 }
 
-// ResetCounters sets every counter back to zero.
+// ResetCounters sets every counter, and every byte count, back to zero.
 func (s *Sim) ResetCounters() {
 	s.countMu.Lock()
 	defer s.countMu.Unlock()
 	s.counters = map[string]int64{}
+	s.bytes = map[string]int64{}
+}
+
+// ResponseBytes returns the bytes of the JSON bodies of successful answers
+// (the {"data": ...} document a client decodes), by the same keys as
+// Counters. A benchmark reads it to see what the listings cost a client:
+// GET /cluster/resources grows with the number of VMs. Error answers are
+// short and not counted.
+func (s *Sim) ResponseBytes() map[string]int64 {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	return maps.Clone(s.bytes)
 }

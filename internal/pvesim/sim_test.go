@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestParameterVerification: unknown, malformed and missing parameters get
@@ -192,6 +194,53 @@ func TestAdminEndpoint(t *testing.T) {
 	h.sim.ResetCounters()
 	if len(h.sim.Counters()) != 0 {
 		t.Errorf("reset left %v", h.sim.Counters())
+	}
+}
+
+// TestResponseBytes: the simulator counts the body bytes of each successful
+// answer under the call's key (what a benchmark reads to see the listings'
+// cost to a client), leaves failed answers out, serves the counts on the
+// admin API and resets them with the counters.
+func TestResponseBytes(t *testing.T) {
+	h := newHarness(t, nil)
+	admin, err := h.sim.ServeAdmin(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := h.ok(http.MethodGet, "/cluster/resources", url.Values{"type": {"vm"}})
+	b := h.ok(http.MethodGet, "/version", nil)
+	h.ok(http.MethodGet, "/version", nil)
+	if r := h.call(http.MethodGet, "/nodes/pve1/qemu/4242/config", nil); r.code == http.StatusOK {
+		t.Fatalf("config of a missing VM answered %s", r.status)
+	}
+	want := map[string]int64{
+		"GET /cluster/resources": int64(len(a.raw)),
+		"GET /version":           2 * int64(len(b.raw)),
+	}
+	if diff := cmp.Diff(want, h.sim.ResponseBytes()); diff != "" {
+		t.Errorf("ResponseBytes (-want +got):\n%s", diff)
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, admin+"/admin/bytes", nil)
+	resp, err := h.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]int64
+	err = json.NewDecoder(resp.Body).Decode(&got)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GET /admin/bytes (-want +got):\n%s", diff)
+	}
+	req, _ = http.NewRequestWithContext(context.Background(), http.MethodDelete, admin+"/admin/counters", nil)
+	if resp, err = h.hc.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if got := h.sim.ResponseBytes(); len(got) != 0 {
+		t.Errorf("after DELETE /admin/counters: %v", got)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 type task struct {
 	upid, node, typ, id, user, token string
 	pid, pstart                      int
-	start                            time.Time
+	start, end                       time.Time
 	running                          bool
 	// exit is the exitstatus once stopped: OK, WARNINGS: n, or an error text.
 	exit string
@@ -61,6 +61,7 @@ func (t *task) failed() bool {
 // overrides the result. The caller holds s.mu.
 func (t *task) finish(errText string) {
 	t.running = false
+	t.end = time.Now()
 	switch {
 	case t.forced != "":
 		t.exit = t.forced

@@ -21,6 +21,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/instrumented"
 )
@@ -43,9 +44,18 @@ type Options struct {
 	Providers map[string]provider.Provider
 	// OwnImage is the operator's own container image (--proxy-image).
 	OwnImage string
-	// Namespaces confine the cache (and so every controller) to these
-	// namespaces; nil watches the whole cluster. Tests that share a control
-	// plane use it to keep their operators apart.
+	// Ownership is the installation's identity and key, which every
+	// provider signs and verifies its marks with (ownership.LoadOrCreate
+	// reads it from the key Secret). Required: two operators with
+	// different identities never touch each other's instances, so a
+	// restarted operator must keep its own.
+	Ownership *ownership.Identity
+	// Namespaces are the namespaces the operator serves (--namespaces): the
+	// cache, and so every controller, is confined to them, and the operator
+	// needs the rights of NamespaceRole only there. A Proxy elsewhere is not
+	// seen at all (another installation may serve it). Nil serves the whole
+	// cluster. Tests that share a control plane use it to keep their
+	// operators apart.
 	Namespaces []string
 	// Manager are the manager's options. New sets Scheme (when nil) and
 	// Cache; an empty Metrics.BindAddress or HealthProbeBindAddress turns
@@ -76,10 +86,14 @@ type Operator struct {
 }
 
 // New builds the operator: manager, providers and controllers. It contacts
-// no provider: an unreachable one shows in ProviderHealth.
+// no provider: an unreachable one shows in ProviderHealth. The binary calls
+// CheckNamespaceAccess first.
 func New(o Options) (*Operator, error) {
 	if o.Config == nil {
 		return nil, errors.New("no providers configuration")
+	}
+	if o.Ownership == nil {
+		return nil, errors.New("no ownership identity: the installation's ID and key sign every instance's mark")
 	}
 	types := o.Types
 	if types == nil {
@@ -132,7 +146,7 @@ func New(o Options) (*Operator, error) {
 		return nil, fmt.Errorf("creating the manager: %w", err)
 	}
 
-	deps := provider.Deps{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), OwnImage: o.OwnImage}
+	deps := provider.Deps{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), OwnImage: o.OwnImage, Ownership: o.Ownership}
 	providers := make(map[string]provider.Provider, len(o.Config.Providers))
 	for i := range o.Config.Providers {
 		e := &o.Config.Providers[i]

@@ -9,10 +9,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
@@ -90,6 +92,32 @@ func TestCacheOptions(t *testing.T) {
 	}
 }
 
+// The cache keeps no managedFields: at 10 000 Proxies they were most of the
+// operator's heap, and nothing reads them.
+func TestCacheOptionsStripManagedFields(t *testing.T) {
+	got, err := cacheOptions(&config.Config{Providers: []config.Entry{
+		{Name: "a", Type: kubernetes.TypeName, Block: &kubernetes.Block{Namespace: "pods-a"}}}}, Types, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DefaultTransform == nil {
+		t.Fatal("no default transform: cached objects keep their managedFields")
+	}
+	in := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}}}
+	out, err := got.DefaultTransform(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod, ok := out.(*corev1.Pod); !ok || pod.ManagedFields != nil {
+		t.Errorf("the transform returned %#v, want the pod without managedFields", out)
+	}
+	for obj, by := range got.ByObject {
+		if by.Transform != nil {
+			t.Errorf("%T has a transform of its own, which replaces the default one", obj)
+		}
+	}
+}
+
 func TestCacheOptionsConfineToNamespaces(t *testing.T) {
 	got, err := cacheOptions(&config.Config{}, Types, []string{"team-a", "team-b"})
 	if err != nil {
@@ -118,10 +146,54 @@ func TestTypesAreValid(t *testing.T) {
 // configurations by hand meet this check).
 func TestNewRefusesAnUnregisteredType(t *testing.T) {
 	_, err := New(Options{
-		Config: &config.Config{Providers: []config.Entry{{Name: "x", Type: "nosuch"}}},
-		Types:  provider.Types{proxmox.Type},
+		Config:    &config.Config{Providers: []config.Entry{{Name: "x", Type: "nosuch"}}},
+		Types:     provider.Types{proxmox.Type},
+		Ownership: ownershiptest.Identity("setup-test"),
 	})
 	if err == nil || !strings.Contains(err.Error(), `type "nosuch" is not registered`) {
 		t.Fatalf("got %v, want an unregistered type error", err)
+	}
+}
+
+// An operator without an installation identity is refused: its providers
+// could neither sign their marks nor tell their instances from another
+// installation's.
+func TestNewRefusesNoOwnership(t *testing.T) {
+	_, err := New(Options{Config: &config.Config{}})
+	if err == nil || !strings.Contains(err.Error(), "no ownership identity") {
+		t.Fatalf("got %v, want a missing identity error", err)
+	}
+}
+
+func TestParseNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason, in string
+		want             []string
+		wantErr          string
+	}{
+		{name: "empty", reason: "no list serves every namespace", in: "", want: nil},
+		{name: "only separators", reason: "a stray comma is not a namespace", in: " , ,", want: nil},
+		{name: "one", reason: "the default install serves one namespace", in: "crawlers", want: []string{"crawlers"}},
+		{name: "sorted and unique", reason: "the cache's namespace map and the log line are stable", in: "team-b, team-a,team-b",
+			want: []string{"team-a", "team-b"}},
+		{name: "not a label", reason: "a typo must stop the operator, not serve nothing", in: "crawlers,Team_A",
+			wantErr: `"Team_A" is not a namespace name`},
+		{name: "wildcard", reason: "every namespace is the empty value, not a pattern", in: "*", wantErr: `"*" is not a namespace name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseNamespaces(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("%s: got error %v, want %q", tc.reason, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", tc.reason, err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", tc.reason, diff)
+			}
+		})
 	}
 }

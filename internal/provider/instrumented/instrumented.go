@@ -40,14 +40,21 @@ type Options struct {
 }
 
 // Wrap returns p with observability added. The result implements
-// provider.Checker exactly when p does.
+// provider.Checker and provider.Sweeper exactly when p does.
 func Wrap(p provider.Provider, o Options) provider.Provider {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
 	w := &wrapped{next: p, o: o, log: o.Log.WithValues("provider", o.Name)}
-	if c, ok := p.(provider.Checker); ok {
+	c, checks := p.(provider.Checker)
+	s, sweeps := p.(provider.Sweeper)
+	switch {
+	case checks && sweeps:
+		return &wrappedCheckerSweeper{wrappedChecker: &wrappedChecker{wrapped: w, checker: c}, sweeper: s}
+	case checks:
 		return &wrappedChecker{wrapped: w, checker: c}
+	case sweeps:
+		return &wrappedSweeper{wrapped: w, sweeper: s}
 	}
 	return w
 }
@@ -166,4 +173,31 @@ func (w *wrappedChecker) Check(ctx context.Context) []provider.Verdict {
 		return nil
 	})
 	return out
+}
+
+type wrappedSweeper struct {
+	*wrapped
+	sweeper provider.Sweeper
+}
+
+func (w *wrappedSweeper) Sweep(ctx context.Context) (int, error) { return w.sweep(ctx, w.sweeper) }
+
+type wrappedCheckerSweeper struct {
+	*wrappedChecker
+	sweeper provider.Sweeper
+}
+
+func (w *wrappedCheckerSweeper) Sweep(ctx context.Context) (int, error) {
+	return w.sweep(ctx, w.sweeper)
+}
+
+func (w *wrapped) sweep(ctx context.Context, s provider.Sweeper) (int, error) {
+	var n int
+	err := w.call(ctx, provider.OpSweep, "", nil, func(ctx context.Context) error {
+		var err error
+		n, err = s.Sweep(ctx)
+		trace.SpanFromContext(ctx).SetAttributes(attrCount.Int(n))
+		return err
+	})
+	return n, err
 }

@@ -589,3 +589,55 @@ func TestLogLines(t *testing.T) {
 		})
 	}
 }
+
+// sweeper adds provider.Sweeper to a provider, counting sweeps.
+type sweeper struct {
+	provider.Provider
+	sweeps *int
+}
+
+func (s sweeper) Sweep(context.Context) (int, error) { *s.sweeps++; return 3, nil }
+
+// checkingSweeper is the fake (a Checker) with Sweep added.
+type checkingSweeper struct {
+	*fakeprovider.Provider
+	sweeper
+}
+
+func TestSweeperOnlyWhenWrappedIsSweeper(t *testing.T) {
+	var sweeps int
+	tests := []struct {
+		name             string
+		reason           string
+		inner            func(*fakeprovider.Provider) provider.Provider
+		checker, sweeper bool
+	}{
+		{name: "checker, not sweeper", reason: "garbage collection must not sweep a provider that leaves nothing behind",
+			inner: nil, checker: true},
+		{name: "sweeper and checker", reason: "a provider that leaves seeds behind keeps being swept through the wrapper",
+			inner: func(f *fakeprovider.Provider) provider.Provider {
+				return checkingSweeper{f, sweeper{sweeps: &sweeps}}
+			}, checker: true, sweeper: true},
+		{name: "sweeper only", reason: "sweeping does not make a provider check its health",
+			inner: func(f *fakeprovider.Provider) provider.Provider { return sweeper{providerOnly{f}, &sweeps} }, sweeper: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.inner)
+			_, checks := h.wrapped.(provider.Checker)
+			s, sweeps := h.wrapped.(provider.Sweeper)
+			if diff := cmp.Diff([]bool{tc.checker, tc.sweeper}, []bool{checks, sweeps}); diff != "" {
+				t.Fatalf("implements [Checker Sweeper] (-want +got) (%s):\n%s", tc.reason, diff)
+			}
+			if !sweeps {
+				return
+			}
+			if n, err := s.Sweep(context.Background()); n != 3 || err != nil {
+				t.Errorf("Sweep through the wrapper = %d, %v; want the wrapped provider's 3, nil", n, err)
+			}
+		})
+	}
+	if sweeps != 2 {
+		t.Errorf("wrapped Sweep called %d times, want 2", sweeps)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
@@ -24,7 +27,7 @@ import (
 func TestContract(t *testing.T) {
 	needEnvtest(t)
 	providertest.Run(t, func(t *testing.T) providertest.Harness {
-		podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+		podNS, proxyNS := podNamespace(t), servedNamespace(t)
 		return &contractHarness{entry: entry(t, podNS, ""), podNS: podNS, proxyNS: proxyNS}
 	})
 }
@@ -46,7 +49,13 @@ var errOutage = apierrors.NewServiceUnavailable("the API server does not answer"
 // harness's faults. writesOK < 0 lets every write through.
 func (h *contractHarness) newProvider(t *testing.T, writesOK int) provider.Provider {
 	t.Helper()
-	base, err := client.NewWithWatch(restConfig, client.Options{Scheme: scheme})
+	return h.newProviderOf(t, writesOK, testOwnership)
+}
+
+// newProviderOf is newProvider for the installation id.
+func (h *contractHarness) newProviderOf(t *testing.T, writesOK int, id *ownership.Identity) provider.Provider {
+	t.Helper()
+	base, err := client.NewWithWatch(asOperator(t), client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +118,7 @@ func (h *contractHarness) newProvider(t *testing.T, writesOK int) provider.Provi
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 	})
-	p, err := kubernetes.New(kubernetes.Options{Entry: h.entry, Client: c, APIReader: c, DefaultImage: "registry.example/egress-proxies-operator:test"})
+	p, err := kubernetes.New(kubernetes.Options{Ownership: id, Entry: h.entry, Client: c, APIReader: c, DefaultImage: "registry.example/egress-proxies-operator:test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,25 +160,69 @@ func (h *contractHarness) SetOutage(_ *testing.T, on bool) {
 	h.down = on
 }
 
-// AddForeign makes a pod without the operator's labels, or (forged) with
-// them but for another provider entry.
+// AddForeign makes a pod without the operator's labels; (forged) with
+// them but for another provider entry; or with this installation's whole
+// mark for the pod itself, unsigned or signed with another key.
 func (h *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, name string) (provider.ID, bool) {
 	t.Helper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: h.podNS, Name: name, Labels: map[string]string{"app": "theirs"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "theirs"}}},
 	}
-	if kind == providertest.Forged {
+	switch kind {
+	case providertest.Unmarked:
+	case providertest.Forged:
 		pod.Labels = map[string]string{
 			kubernetes.LabelManagedBy: kubernetes.LabelManagedByValue, kubernetes.LabelProvider: "another-entry",
 			kubernetes.LabelOwnerUID: "uid-someone",
 		}
 		pod.Annotations = map[string]string{kubernetes.AnnotationName: name, kubernetes.AnnotationOwner: "ns/p"}
+	case providertest.Unsigned, providertest.BadSignature:
+		pod.Labels = map[string]string{
+			kubernetes.LabelManagedBy: kubernetes.LabelManagedByValue, kubernetes.LabelProvider: h.entry.Name,
+			kubernetes.LabelInstallation: testOwnership.Installation(), kubernetes.LabelOwnerUID: "uid-" + string(kind),
+		}
+		pod.Annotations = map[string]string{kubernetes.AnnotationName: name, kubernetes.AnnotationOwner: "ns/p",
+			kubernetes.AnnotationCreatedAt: time.Now().UTC().Format(time.RFC3339)}
+		if kind == providertest.BadSignature {
+			forger, err := ownership.NewIdentity(testOwnership.Installation(), []byte("a forger's key of thirty-two b.."))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod.Annotations[kubernetes.AnnotationSignature] = forger.Sign(kubernetes.MarkOf(pod))
+		}
+	default:
+		return "", false
 	}
 	if err := k8s.Create(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
 	return kubernetes.ID(h.podNS, name), true
+}
+
+// CopyMark makes a pod of another name (pod names are unique) with the
+// labels and annotations of from, signature included.
+func (h *contractHarness) CopyMark(t *testing.T, from provider.ID) provider.ID {
+	t.Helper()
+	ns, name, _ := strings.Cut(string(from), "/")
+	var src corev1.Pod
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &src); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-copy", Labels: src.Labels, Annotations: src.Annotations},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "theirs"}}},
+	}
+	if err := k8s.Create(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return kubernetes.ID(ns, pod.Name)
+}
+
+// OtherInstallation is a provider of the same entry for another
+// installation.
+func (h *contractHarness) OtherInstallation(t *testing.T) provider.Provider {
+	return h.newProviderOf(t, -1, ownershiptest.Identity("other-installation"))
 }
 
 func (h *contractHarness) Snapshot(t *testing.T, id provider.ID) string {

@@ -15,10 +15,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Labels and annotations that make up the operator's mark on a pod.
+// Labels and annotations that make up the operator's mark on a pod. The
+// installation is a label, so that listings select only this
+// installation's pods; the signature (ownership.Identity.Sign of MarkOf) is
+// an annotation and covers every other part.
 const (
 	LabelManagedBy      = "app.kubernetes.io/managed-by"
 	LabelManagedByValue = "egress-proxies-operator"
@@ -26,9 +30,11 @@ const (
 	LabelNameValue      = "egress-proxy"
 	LabelProvider       = "crawl.example.com/provider"
 	LabelOwnerUID       = "crawl.example.com/owner-uid"
+	LabelInstallation   = "crawl.example.com/installation"
 	AnnotationOwner     = "crawl.example.com/owner"
 	AnnotationName      = "crawl.example.com/instance-name"
 	AnnotationCreatedAt = "crawl.example.com/created-at"
+	AnnotationSignature = "crawl.example.com/mark-signature"
 )
 
 // Paths and names inside the pod.
@@ -46,6 +52,9 @@ const (
 // +kubebuilder:rbac:groups="",namespace=egress-proxies,resources=pods,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",namespace=egress-proxies,resources=secrets,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// The Proxy's credentials Secret, read by name in the Proxy's namespace (one
+// the operator serves) to copy it next to the pod.
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get,roleName=namespace-role
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // Options build a Provider.
@@ -63,10 +72,15 @@ type Options struct {
 	DefaultImage string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Ownership is the installation's identity, which signs the mark of
+	// every pod the provider creates; only pods whose mark it verifies are
+	// the provider's. Required.
+	Ownership *ownership.Identity
 }
 
 // Provider runs proxies as pods.
 type Provider struct {
+	ident  *ownership.Identity
 	entry  *config.Entry
 	block  *Block
 	c      client.Client
@@ -90,6 +104,9 @@ func New(o Options) (*Provider, error) {
 	if o.Client == nil || o.APIReader == nil {
 		return nil, errors.New("a client and an API reader are required")
 	}
+	if o.Ownership == nil {
+		return nil, errors.New("an ownership identity is required, to sign and verify the pods' marks")
+	}
 	for _, img := range o.Entry.Images {
 		if block.ImageFor(img) == "" && o.DefaultImage == "" {
 			return nil, fmt.Errorf("image %q has no container image: set kubernetes.image or kubernetes.images[%s], "+
@@ -101,8 +118,8 @@ func New(o Options) (*Provider, error) {
 		now = time.Now
 	}
 	return &Provider{
-		entry: o.Entry, block: block, c: o.Client, api: o.APIReader, image: o.DefaultImage, now: now,
-		labels: map[string]string{LabelManagedBy: LabelManagedByValue, LabelProvider: o.Entry.Name},
+		ident: o.Ownership, entry: o.Entry, block: block, c: o.Client, api: o.APIReader, image: o.DefaultImage, now: now,
+		labels: map[string]string{LabelManagedBy: LabelManagedByValue, LabelProvider: o.Entry.Name, LabelInstallation: o.Ownership.Installation()},
 	}, nil
 }
 
@@ -118,10 +135,31 @@ func (p *Provider) parseID(id provider.ID) (string, error) {
 	return name, nil
 }
 
-// ours reports whether a pod carries this entry's mark.
+// MarkOf is the mark a pod carries, as the signature in its
+// AnnotationSignature covers it: the installation, entry and owner from its
+// labels, its namespace as the place, its instance name, owner and
+// creation time from its annotations.
+func MarkOf(pod *corev1.Pod) ownership.Mark {
+	m := ownership.Mark{
+		Installation: pod.Labels[LabelInstallation], Entry: pod.Labels[LabelProvider], Place: "namespace=" + pod.Namespace,
+		Name: pod.Annotations[AnnotationName], OwnerUID: pod.Labels[LabelOwnerUID], Owner: pod.Annotations[AnnotationOwner],
+	}
+	if t, err := time.Parse(time.RFC3339, pod.Annotations[AnnotationCreatedAt]); err == nil {
+		m.CreatedAt = t
+	}
+	return m
+}
+
+// ours reports whether a pod carries this entry's mark, signed by this
+// installation for this very pod: labels copied onto another pod, or
+// written by anyone who may create pods in the namespace, do not verify.
 func (p *Provider) ours(pod *corev1.Pod) bool {
 	l := pod.Labels
-	return l[LabelManagedBy] == LabelManagedByValue && l[LabelProvider] == p.entry.Name && l[LabelOwnerUID] != ""
+	if l[LabelManagedBy] != LabelManagedByValue || l[LabelProvider] != p.entry.Name || l[LabelOwnerUID] == "" ||
+		pod.Annotations[AnnotationName] != pod.Name {
+		return false
+	}
+	return p.ident.Owns(MarkOf(pod), pod.Annotations[AnnotationSignature])
 }
 
 // Create implements provider.Provider.
@@ -295,7 +333,7 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 	for _, s := range p.block.ImagePullSecrets {
 		spec.ImagePullSecrets = append(spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
 	}
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: req.Name, Namespace: p.block.Namespace, Labels: labels,
 			Annotations: map[string]string{
@@ -305,7 +343,9 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 			},
 		},
 		Spec: spec,
-	}, nil
+	}
+	pod.Annotations[AnnotationSignature] = p.ident.Sign(MarkOf(pod))
+	return pod, nil
 }
 
 // ensureCredentials copies the Proxy's credentials into a Secret next to
@@ -320,7 +360,7 @@ func (p *Provider) ensureCredentials(ctx context.Context, pod *corev1.Pod, req p
 	existing := &corev1.Secret{}
 	err := p.c.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, existing)
 	if err == nil {
-		if existing.Labels[LabelManagedBy] != LabelManagedByValue || !metav1.IsControlledBy(existing, pod) {
+		if !p.oursSecret(existing) || !metav1.IsControlledBy(existing, pod) {
 			return provider.NewPermanent(fmt.Errorf("secret %s/%s exists and is not the pod's", pod.Namespace, name),
 				"delete or rename that secret")
 		}
@@ -353,10 +393,28 @@ func (p *Provider) ensureCredentials(ctx context.Context, pod *corev1.Pod, req p
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{secretKeyUsername: user, secretKeyPassword: pass},
 	}
+	s.Annotations = map[string]string{AnnotationSignature: p.ident.Sign(secretMark(s))}
 	if err := p.c.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 		return classify(err, "creating secret "+name)
 	}
 	return nil
+}
+
+// secretMark is the mark a credentials Secret carries: its labels, its
+// namespace and its name, signed like a pod's (without instance name,
+// owner or creation time, which it does not hold).
+func secretMark(s *corev1.Secret) ownership.Mark {
+	return ownership.Mark{
+		Installation: s.Labels[LabelInstallation], Entry: s.Labels[LabelProvider], Place: "secret in namespace=" + s.Namespace,
+		Name: s.Name, OwnerUID: s.Labels[LabelOwnerUID],
+	}
+}
+
+// oursSecret reports whether a credentials Secret is this installation's
+// and entry's: labelled, and signed for its own name and namespace.
+func (p *Provider) oursSecret(s *corev1.Secret) bool {
+	return s.Labels[LabelManagedBy] == LabelManagedByValue && s.Labels[LabelProvider] == p.entry.Name &&
+		p.ident.Owns(secretMark(s), s.Annotations[AnnotationSignature])
 }
 
 func (p *Provider) markLabels(ownerUID string) map[string]string {
@@ -479,8 +537,7 @@ func (p *Provider) deleteSecret(ctx context.Context, podName, ownerUID string) e
 	if err != nil {
 		return classify(err, "reading secret "+podName+credentialsSuffix)
 	}
-	if s.Labels[LabelManagedBy] != LabelManagedByValue || s.Labels[LabelProvider] != p.entry.Name ||
-		(ownerUID != "" && s.Labels[LabelOwnerUID] != ownerUID) {
+	if !p.oursSecret(&s) || (ownerUID != "" && s.Labels[LabelOwnerUID] != ownerUID) {
 		return nil
 	}
 	if err := p.c.Delete(ctx, &s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) {

@@ -22,6 +22,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
@@ -33,17 +34,19 @@ import (
 // pod status themselves, as the issue asks, and check that the provider
 // removes what it made without relying on owner references.
 var (
-	env        *testenv.Env
-	restConfig *rest.Config
-	k8s        client.Client
-	scheme     *runtime.Scheme
+	// testOwnership is the installation identity of every provider and
+	// operator these tests build.
+	testOwnership = ownershiptest.Identity("kubernetes-tests")
+	env           *testenv.Env
+	k8s           client.Client
+	scheme        *runtime.Scheme
 )
 
 func TestMain(m *testing.M) {
 	os.Exit(testenv.Main(m, func(e *testenv.Env) {
 		env = e
 		if e != nil {
-			restConfig, k8s, scheme = e.Config, e.Client, e.Scheme
+			k8s, scheme = e.Client, e.Scheme
 		}
 	}))
 }
@@ -62,6 +65,55 @@ func newNamespace(t *testing.T, prefix string) string {
 		t.Fatal(err)
 	}
 	return ns.Name
+}
+
+// podNamespace creates a namespace for an entry's pods and gives the
+// operator the rights an install gives it in the entry's namespace: the
+// generated Role of config/rbac/role.yaml that the markers put in
+// egress-proxies, applied here instead.
+func podNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newNamespace(t, "pods-")
+	if _, err := env.AsOperator(context.Background(), testenv.RBAC{RoleNamespaces: map[string][]string{"egress-proxies": {ns}}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// servedNamespace creates a namespace for Proxies (and their credentials
+// Secrets), served by the operator as config/namespaces serves one: the
+// ClusterRole namespace-role bound there.
+func servedNamespace(t *testing.T) string {
+	t.Helper()
+	ns := newNamespace(t, "team-")
+	if _, err := env.AsOperator(context.Background(), testenv.RBAC{Namespaces: []string{ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// asOperator returns the rest.Config of the operator's ServiceAccount, with
+// the rights the namespaces made by podNamespace and servedNamespace (and
+// the cluster-wide role) give it: every provider and operator of these tests
+// runs with it, so a rule the provider needs and the markers lack fails a
+// test here.
+func asOperator(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := env.AsOperator(context.Background(), testenv.RBAC{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// operatorClient is a direct (uncached) client as the operator.
+func operatorClient(t *testing.T) client.Client {
+	t.Helper()
+	c, err := client.New(asOperator(t), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // entry returns a parsed kubernetes entry whose pods run in podNS.
@@ -84,10 +136,12 @@ providers:
 }
 
 // newProvider builds the provider with a direct client (no cache), so that
-// provider-level tests see their own writes at once.
+// provider-level tests see their own writes at once, as the operator's
+// ServiceAccount.
 func newProvider(t *testing.T, e *config.Entry) *kubernetes.Provider {
 	t.Helper()
-	p, err := kubernetes.New(kubernetes.Options{Entry: e, Client: k8s, APIReader: k8s, DefaultImage: "registry.example/egress-proxies-operator:test"})
+	c := operatorClient(t)
+	p, err := kubernetes.New(kubernetes.Options{Ownership: testOwnership, Entry: e, Client: c, APIReader: c, DefaultImage: "registry.example/egress-proxies-operator:test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +190,7 @@ func markRunning(t *testing.T, ns, name, podIP, hostIP string) {
 // and ownership are the contract suite's (TestContract).
 func TestCreateBuildsAHardenedPod(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	p := newProvider(t, entry(t, podNS, ""))
 	req := request(proxyNS, credentialsSecret(t, proxyNS))
 
@@ -199,7 +253,7 @@ func TestCreateBuildsAHardenedPod(t *testing.T) {
 // hostNetwork unless the entry's administrator allows it (#12 item 11).
 func TestPrivilegedHostPortsNeedTheEntrysConsent(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	req := request(proxyNS, nil)
 	req.Proxy.Port = 53
 
@@ -240,14 +294,15 @@ func (l laggingCache) Get(ctx context.Context, key client.ObjectKey, obj client.
 // exists: the operator would replace it and run two (#12 item 11).
 func TestGetConfirmsNotFoundWithALiveRead(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	e := entry(t, podNS, "")
 	req := request(proxyNS, nil)
 	id, err := newProvider(t, e).Create(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lagging, err := kubernetes.New(kubernetes.Options{Entry: e, Client: laggingCache{k8s}, APIReader: k8s, DefaultImage: "x"})
+	c := operatorClient(t)
+	lagging, err := kubernetes.New(kubernetes.Options{Ownership: testOwnership, Entry: e, Client: laggingCache{c}, APIReader: c, DefaultImage: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +317,7 @@ func TestGetConfirmsNotFoundWithALiveRead(t *testing.T) {
 
 func TestHostNetworkUsesTheNodeAddressAndAHostPort(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	p := newProvider(t, entry(t, podNS, "      hostNetwork: true\n"))
 	req := request(proxyNS, nil)
 	id, err := p.Create(ctx, req)
@@ -286,7 +341,7 @@ func TestHostNetworkUsesTheNodeAddressAndAHostPort(t *testing.T) {
 
 func TestPodStatesMapToInstanceStates(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	p := newProvider(t, entry(t, podNS, ""))
 	for _, tc := range []struct {
 		name   string
@@ -328,7 +383,7 @@ func TestPodStatesMapToInstanceStates(t *testing.T) {
 // pods.
 func TestForeignPodsAreNeverTouched(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	p := newProvider(t, entry(t, podNS, ""))
 	req := request(proxyNS, nil)
 	foreign := &corev1.Pod{
@@ -355,7 +410,7 @@ func TestForeignPodsAreNeverTouched(t *testing.T) {
 // collector).
 func TestDeleteRemovesPodAndSecret(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	p := newProvider(t, entry(t, podNS, ""))
 	req := request(proxyNS, credentialsSecret(t, proxyNS))
 	id, err := p.Create(ctx, req)
@@ -378,7 +433,7 @@ func TestDeleteRemovesPodAndSecret(t *testing.T) {
 
 func TestCheckReportsNamespaceRightsAndZones(t *testing.T) {
 	ctx := context.Background()
-	podNS := newNamespace(t, "pods-")
+	podNS := podNamespace(t)
 	zone := "zone-" + podNS
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-" + podNS, Labels: map[string]string{"topology.kubernetes.io/zone": zone}}}
 	if err := k8s.Create(ctx, node); err != nil {
@@ -432,7 +487,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	forbidden, err := kubernetes.New(kubernetes.Options{Entry: &cfg.Providers[0], Client: weak, APIReader: k8s, DefaultImage: "x"})
+	forbidden, err := kubernetes.New(kubernetes.Options{Ownership: testOwnership, Entry: &cfg.Providers[0], Client: weak, APIReader: operatorClient(t), DefaultImage: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,14 +501,15 @@ providers:
 // instrumentation).
 func TestProxyLifecycleOnAKubernetesEntry(t *testing.T) {
 	ctx := context.Background()
-	podNS, proxyNS := newNamespace(t, "pods-"), newNamespace(t, "team-")
+	podNS, proxyNS := podNamespace(t), servedNamespace(t)
 	e := entry(t, podNS, "")
 	cfg := &config.Config{Providers: []config.Entry{*e}}
 	op, err := setup.New(setup.Options{
-		RestConfig: restConfig,
+		RestConfig: asOperator(t),
 		Config:     cfg,
 		OwnImage:   "img",
-		Namespaces: []string{podNS, proxyNS},
+		Ownership:  testOwnership,
+		Namespaces: []string{proxyNS},
 		Manager:    ctrl.Options{Scheme: scheme},
 		Controller: controller.Options{
 			PollInterval: 50 * time.Millisecond, ResyncInterval: 200 * time.Millisecond,
@@ -517,7 +573,7 @@ func TestProxyLifecycleOnAKubernetesEntry(t *testing.T) {
 	if _, err := orphanProv.Create(ctx, orphanReq); err != nil {
 		t.Fatal(err)
 	}
-	gc := &controller.GarbageCollector{Reader: k8s, Providers: map[string]provider.Provider{"cluster": orphanProv},
+	gc := &controller.GarbageCollector{Reader: operatorClient(t), Providers: map[string]provider.Provider{"cluster": orphanProv},
 		GracePeriod: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }}
 	if n, err := gc.RunOnce(ctx); err != nil || n != 1 {
 		t.Errorf("GC deleted %d (%v), want 1: the orphan", n, err)

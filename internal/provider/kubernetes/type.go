@@ -15,7 +15,7 @@ var Type = provider.Type{
 	Name:     TypeName,
 	NewBlock: func() config.Block { return &Block{} },
 	New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
-		return New(Options{Entry: e, Client: d.Client, APIReader: d.APIReader, DefaultImage: d.OwnImage})
+		return New(Options{Entry: e, Client: d.Client, APIReader: d.APIReader, DefaultImage: d.OwnImage, Ownership: d.Ownership})
 	},
 	Cache: cacheNeeds,
 }

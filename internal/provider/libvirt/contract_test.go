@@ -5,9 +5,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"libvirt.org/go/libvirtxml"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
@@ -77,23 +82,74 @@ func (h *contractHarness) SetOutage(t *testing.T, on bool) {
 	h.lab.StartSSHD()
 }
 
+// AddForeign defines a domain as someone else would: unmarked; with a
+// mark copied from another domain (it names that one); or with this
+// installation's whole mark for the domain itself, unsigned or signed with
+// another key.
 func (h *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, name string) (provider.ID, bool) {
 	doc := foreignDomain(name, h.lab.Pool, "foreign-"+name+".qcow2")
-	if kind == providertest.Forged {
-		// The operator's mark, copied from another domain: it names that one.
-		m, err := mark{OwnerUID: "uid-" + string(kind), Name: "another-domain", Owner: "ns/x"}.element()
+	m := mark{Installation: testIdentity.Installation(), OwnerUID: "uid-" + string(kind), Name: name, Owner: "ns/x", CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	switch kind {
+	case providertest.Unmarked:
+	case providertest.Forged:
+		m.Name = "another-domain"
+	case providertest.Unsigned:
+	case providertest.BadSignature:
+		forger, err := ownership.NewIdentity(testIdentity.Installation(), []byte("a forger's key of thirty-two b.."))
 		if err != nil {
 			t.Fatal(err)
 		}
-		doc = forgedDomain(name, m)
+		m = newMark(forger, h.entry.Name, "kvm1", m.OwnerUID, name, m.Owner, m.CreatedAt)
+	default:
+		return "", false
 	}
+	if kind != providertest.Unmarked {
+		el, err := markElement(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc = forgedDomain(name, el)
+	}
+	h.define(t, name, doc)
+	return ID("kvm1", name), true
+}
+
+func (h *contractHarness) define(t *testing.T, name, doc string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "foreign.xml")
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	mustVirsh(t, h.lab, "define", "--file", path)
 	t.Cleanup(func() { _, _ = h.lab.Virsh("undefine", "--domain", name) })
-	return ID("kvm1", name), true
+}
+
+// CopyMark defines a domain of another name (the lab has one host, where
+// names are unique) whose metadata is from's, signed mark included.
+func (h *contractHarness) CopyMark(t *testing.T, from provider.ID) provider.ID {
+	_, name, _ := strings.Cut(string(from), "/")
+	src, err := h.lab.Virsh("dumpxml", "--inactive", "--domain", name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d libvirtxml.Domain
+	if err := d.Unmarshal(src); err != nil || d.Metadata == nil {
+		t.Fatalf("reading the metadata of %s: %v", name, err)
+	}
+	copyName := name + "-copy"
+	h.define(t, copyName, forgedDomain(copyName, d.Metadata.XML))
+	return ID("kvm1", copyName)
+}
+
+// OtherInstallation is a provider of the same entry for another
+// installation.
+func (h *contractHarness) OtherInstallation(t *testing.T) provider.Provider {
+	p, err := New(Options{Ownership: ownershiptest.Identity("other-installation"), Entry: h.entry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
 }
 
 // Snapshot is the domain's persistent definition and state, or "" when it

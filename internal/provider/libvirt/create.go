@@ -160,7 +160,8 @@ func (p *Provider) define(ctx context.Context, pl plan, lists [][]domainInfo) er
 	}
 	spec := domainSpec{
 		Name:       pl.req.Name,
-		Mark:       mark{OwnerUID: pl.req.OwnerUID, Name: pl.req.Name, Owner: pl.req.Owner.String(), CreatedAt: p.now()},
+		Mark:       newMark(p.ident, p.entry.Name, h.Name, pl.req.OwnerUID, pl.req.Name, pl.req.Owner.String(), p.now()),
+		Seed:       p.seedVolume(pl.req.Name),
 		DomainType: p.block.Type(),
 		Machine:    p.block.MachineType(),
 		Cores:      pl.mt.Cores,
@@ -239,8 +240,13 @@ func (p *Provider) advance(ctx context.Context, pl plan, fd found) (provider.ID,
 	if done, err := p.stageDisk(ctx, pl, h); err != nil || !done {
 		return "", err
 	}
-	if done, err := p.stageSeed(ctx, pl, h); err != nil || !done {
-		return "", err
+	// A drive without the seed means the guest ran and consumed it
+	// (releaseSeed): its configuration is on its disk, and a new seed would
+	// only put the credentials back on the host's storage.
+	if slices.Contains(fd.f.Volumes, p.seedVolume(name)) {
+		if done, err := p.stageSeed(ctx, pl, h); err != nil || !done {
+			return "", err
+		}
 	}
 	p.mu.Lock()
 	wasStarted := p.started[name]
@@ -314,7 +320,7 @@ func (p *Provider) seedFor(req provider.Request) nocloud.Seed {
 // a crashed upload's) is written again before the first start.
 func (p *Provider) stageSeed(ctx context.Context, pl plan, h Host) (bool, error) {
 	name := pl.req.Name
-	vol := seedVolume(name)
+	vol := p.seedVolume(name)
 	seed := p.seedFor(pl.req)
 	size := uint64(nocloud.Size(seed)) //nolint:gosec // G115: a size is positive.
 	key := "seeded/" + name

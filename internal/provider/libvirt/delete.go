@@ -98,8 +98,12 @@ func (p *Provider) removeStep(ctx context.Context, h Host, d domainInfo, f domai
 		p.invalidate(h.Name)
 		return false, nil
 	}
-	for _, vol := range []string{diskVolume(name), seedVolume(name)} {
-		if !slices.Contains(f.Volumes, vol) {
+	seed := p.seedVolume(name)
+	for _, vol := range []string{diskVolume(name), seed} {
+		// The seed goes by its name even when the drive no longer names it:
+		// an operator that stopped between emptying the drive and deleting
+		// the seed (releaseSeed) left it behind.
+		if !slices.Contains(f.Volumes, vol) && vol != seed {
 			continue
 		}
 		err := p.drv.deleteVolume(ctx, h, p.block.Pool, vol)
@@ -119,6 +123,7 @@ func (p *Provider) removeStep(ctx context.Context, h Host, d domainInfo, f domai
 	p.mu.Lock()
 	delete(p.started, "seeded/"+name)
 	delete(p.shutdowns, "shutdown/"+h.Name+"/"+name)
+	delete(p.released, h.Name+"/"+name)
 	p.mu.Unlock()
 	p.invalidate(h.Name)
 	return true, nil

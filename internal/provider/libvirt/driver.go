@@ -99,6 +99,12 @@ type driver interface {
 	uploadVolume(ctx context.Context, h Host, pool, name string, data []byte) error
 	// deleteVolume deletes a volume.
 	deleteVolume(ctx context.Context, h Host, pool, name string) error
+	// listVolumes lists the names of a pool's volumes.
+	listVolumes(ctx context.Context, h Host, pool string) ([]string, error)
+	// ejectMedia empties a running domain's CD-ROM drive (the disk with
+	// target dev), in the live domain and in its definition, even when the
+	// guest has locked the tray.
+	ejectMedia(ctx context.Context, h Host, name, dev string) error
 	// poolXML returns an active pool's definition (errInactive when the
 	// pool is defined but not running).
 	poolXML(ctx context.Context, h Host, pool string) (string, error)

@@ -64,6 +64,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	a, cached := p.addrs[key]
 	p.mu.Unlock()
 	if cached && a.uuid == d.UUID && a.id == d.ID {
+		p.releaseSeed(ctx, h, d, f)
 		inst.State, inst.Address = provider.StateRunning, a.addr
 		return inst, nil
 	}
@@ -79,6 +80,8 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	p.mu.Lock()
 	p.addrs[key] = addrEntry{uuid: d.UUID, id: d.ID, addr: addr}
 	p.mu.Unlock()
+	// An address means the guest has read its seed (see releaseSeed).
+	p.releaseSeed(ctx, h, d, f)
 	inst.State, inst.Address = provider.StateRunning, addr
 	return inst, nil
 }
@@ -196,6 +199,8 @@ func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, e
 	if err != nil {
 		return nil, err
 	}
+	// Garbage collection lists through here: orphaned seeds go with it.
+	p.sweepSeeds(ctx, h)
 	log := logr.FromContextOrDiscard(ctx)
 	var out []provider.Instance
 	for _, d := range list {

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
 )
@@ -83,9 +84,13 @@ func blockOf(t testing.TB, e *config.Entry) *Block {
 	return b
 }
 
+// testIdentity is the installation every provider of these tests belongs
+// to, so that a restarted provider owns what an earlier one made.
+var testIdentity = ownershiptest.Identity("libvirt-tests")
+
 func newProvider(t *testing.T, e *config.Entry) *Provider {
 	t.Helper()
-	p, err := New(Options{Entry: e})
+	p, err := New(Options{Ownership: testIdentity, Entry: e})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,7 +51,7 @@ func testLifecycle(t *testing.T, l *libvirtlab.Lab, typ string) {
 		t.Errorf("the owner UID is in the description %q; the mark belongs in <metadata>", desc)
 	}
 	vols := volumes(t, l)
-	for _, v := range []string{diskVolume(req.Name), seedVolume(req.Name)} {
+	for _, v := range []string{diskVolume(req.Name), p.seedVolume(req.Name)} {
 		if !slices.Contains(vols, v) {
 			t.Errorf("volume %s missing; volumes: %v", v, vols)
 		}
@@ -86,7 +86,7 @@ func testLifecycle(t *testing.T, l *libvirtlab.Lab, typ string) {
 		t.Errorf("domain %s is still defined", req.Name)
 	}
 	vols = volumes(t, l)
-	for _, v := range []string{diskVolume(req.Name), seedVolume(req.Name)} {
+	for _, v := range []string{diskVolume(req.Name), p.seedVolume(req.Name)} {
 		if slices.Contains(vols, v) {
 			t.Errorf("volume %s left behind", v)
 		}

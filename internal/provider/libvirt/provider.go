@@ -14,6 +14,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -27,12 +28,17 @@ type Options struct {
 	Log logr.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Ownership is the installation's identity, which signs the mark of
+	// every domain the provider defines; only domains whose mark it
+	// verifies are the provider's. Required.
+	Ownership *ownership.Identity
 }
 
 // Provider runs proxies as libvirt domains on a set of hosts reached over
 // SSH. It serves both kvm2 (libvirt RPC) and kvm (virsh); only its driver
 // differs.
 type Provider struct {
+	ident *ownership.Identity
 	entry *config.Entry
 	block *Block
 	drv   driver
@@ -50,6 +56,8 @@ type Provider struct {
 	pools   map[string]poolFacts  // by host: the pool's definition
 
 	shutdowns  map[string]time.Time   // by shutdown/host/name: when Delete asked the guest to power off
+	released   map[string]string      // by host/name: the domain UUID whose consumed seed is gone
+	sweeps     map[string]time.Time   // by host: the last sweep of orphaned seeds
 	leaseLocks map[string]*sync.Mutex // by host: one leases read at a time
 }
 
@@ -101,6 +109,9 @@ func New(o Options) (*Provider, error) {
 	if !ok || b == nil {
 		return nil, fmt.Errorf("libvirt provider %q: block is %T, want *libvirt.Block", o.Entry.Name, o.Entry.Block)
 	}
+	if o.Ownership == nil {
+		return nil, fmt.Errorf("libvirt provider %q: no ownership identity to sign and verify marks with", o.Entry.Name)
+	}
 	var drv driver
 	switch o.Entry.Type {
 	case TypeKVM2:
@@ -119,10 +130,11 @@ func New(o Options) (*Provider, error) {
 		now = time.Now
 	}
 	return &Provider{
-		entry: o.Entry, block: b, drv: drv, now: now,
+		ident: o.Ownership, entry: o.Entry, block: b, drv: drv, now: now,
 		caches: map[string]*hostCache{},
 		facts:  map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
 		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},
+		released: map[string]string{}, sweeps: map[string]time.Time{},
 	}, nil
 }
 
@@ -229,7 +241,10 @@ func find(list []domainInfo, name string) (domainInfo, bool) {
 }
 
 // factsOf returns what a listed domain's definition says, read once per
-// domain UUID (the mark and the MAC do not change).
+// domain UUID (the mark and the MAC do not change). Marked is true only for
+// a mark of this installation whose signature verifies for this host,
+// entry and domain: an unsigned, forged, copied or other installation's
+// mark is foreign.
 func (p *Provider) factsOf(ctx context.Context, h Host, d domainInfo) (domainFacts, error) {
 	key := h.Name + "/" + d.Name
 	p.mu.Lock()
@@ -246,6 +261,13 @@ func (p *Provider) factsOf(ctx context.Context, h Host, d domainInfo) (domainFac
 	if err != nil {
 		return domainFacts{}, err
 	}
+	if f.Marked {
+		if err := p.ident.VerifyStamp(f.Mark, p.entry.Name, hostPlace(h.Name)); err != nil {
+			logr.FromContextOrDiscard(ctx).V(1).Info("a domain's mark is not this installation's; leaving it alone",
+				"host", h.Name, "domain", d.Name, "reason", err.Error())
+			f.Marked = false
+		}
+	}
 	if d.UUID != "" {
 		p.mu.Lock()
 		p.facts[key] = factsEntry{uuid: d.UUID, f: f}
@@ -260,6 +282,7 @@ func (p *Provider) forget(host, name string) {
 	defer p.mu.Unlock()
 	delete(p.facts, key)
 	delete(p.addrs, key)
+	delete(p.released, key)
 	delete(p.started, name)
 }
 

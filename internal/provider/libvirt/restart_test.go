@@ -76,6 +76,64 @@ func TestRestartAtEveryStep(t *testing.T) {
 	}
 }
 
+// TestDeleteAtEveryStep deletes a Proxy whose create stopped after each of
+// its steps (domain defined, disk created, seed volume created, seed
+// uploaded, started), the way the operator does when the instance's ID was
+// never recorded: the instances ListByTag finds with the Proxy's owner UID
+// are deleted, by the same process and by a restarted one. Nothing is left
+// (domain, disk, seed), before and after a garbage collection pass.
+func TestDeleteAtEveryStep(t *testing.T) {
+	l := startLab(t)
+	for _, typ := range []string{TypeKVM2, TypeKVM} {
+		t.Run(typ, func(t *testing.T) {
+			e := labEntry(t, l, typ)
+			for _, restart := range []bool{false, true} {
+				for k := 0; ; k++ {
+					req := request(fmt.Sprintf("del-%s-%d-%v", typ, k, restart))
+					p := newProvider(t, e)
+					finished := false
+					for range k {
+						if _, err := p.Create(ctxT(t), req); err == nil {
+							finished = true
+						} else if !provider.IsInProgress(err) {
+							t.Fatalf("Create: %v", err)
+						}
+					}
+					if restart {
+						p.Close()
+						p = newProvider(t, e)
+					}
+					list, err := p.ListByTag(ctxT(t))
+					if err != nil {
+						t.Fatalf("ListByTag: %v", err)
+					}
+					found := 0
+					for _, in := range list {
+						if in.OwnerUID == req.OwnerUID {
+							found++
+							deleteAll(t, p, in.ID)
+						}
+					}
+					if k > 0 && found != 1 {
+						t.Errorf("after %d create steps ListByTag found %d instances of the proxy, want 1", k, found)
+					}
+					assertGone(t, l, req.Name)
+					if _, err := p.ListByTag(ctxT(t)); err != nil {
+						t.Fatalf("ListByTag (garbage collection pass): %v", err)
+					}
+					assertGone(t, l, req.Name)
+					if finished {
+						break
+					}
+					if k > maxSteps {
+						t.Fatalf("Create did not finish in %d steps", k)
+					}
+				}
+			}
+		})
+	}
+}
+
 func countPrefix(names []string, name string) int {
 	n := 0
 	for _, x := range names {

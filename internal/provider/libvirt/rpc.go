@@ -322,6 +322,34 @@ func (d *rpcDriver) deleteVolume(ctx context.Context, h Host, pool, name string)
 	})
 }
 
+func (d *rpcDriver) listVolumes(ctx context.Context, h Host, pool string) ([]string, error) {
+	var out []string
+	err := d.call(ctx, h, "listing the volumes of pool "+pool, func(l *lv.Libvirt) error {
+		d.n.Add(2)
+		p, err := l.StoragePoolLookupByName(pool)
+		if err != nil {
+			return err
+		}
+		vols, _, err := l.StoragePoolListAllVolumes(p, 1, 0)
+		for _, v := range vols {
+			out = append(out, v.Name)
+		}
+		return err
+	})
+	return out, err
+}
+
+func (d *rpcDriver) ejectMedia(ctx context.Context, h Host, name, dev string) error {
+	doc, err := ejectedCDROMXML(dev)
+	if err != nil {
+		return err
+	}
+	return d.domainOp(ctx, h, "ejecting the CD-ROM of", name, func(l *lv.Libvirt, dom lv.Domain) error {
+		d.n.Add(1)
+		return l.DomainUpdateDeviceFlags(dom, doc, lv.DomainDeviceModifyLive|lv.DomainDeviceModifyConfig|lv.DomainDeviceModifyForce)
+	})
+}
+
 func (d *rpcDriver) poolXML(ctx context.Context, h Host, pool string) (string, error) {
 	var doc string
 	err := d.call(ctx, h, "reading pool "+pool, func(l *lv.Libvirt) error {

@@ -255,6 +255,31 @@ func (d *shellDriver) deleteVolume(ctx context.Context, h Host, pool, name strin
 	return nil
 }
 
+func (d *shellDriver) listVolumes(ctx context.Context, h Host, pool string) ([]string, error) {
+	out, err := d.run(ctx, h, d.virsh("vol-list", "--pool", pool), nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing the volumes of pool %s: %w", pool, err)
+	}
+	return parseVolList(string(out)), nil
+}
+
+// parseVolList reads the names of virsh vol-list (name and path per line,
+// no header with -q). A name holding a space reads as its first word: such
+// a name is never one of the operator's.
+func parseVolList(out string) []string {
+	var names []string
+	for line := range strings.SplitSeq(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && !strings.HasPrefix(f[0], "---") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+func (d *shellDriver) ejectMedia(ctx context.Context, h Host, name, dev string) error {
+	return d.domainCmd(ctx, h, "ejecting the CD-ROM of", name, "change-media", "--domain", name, "--path", dev, "--eject", "--live", "--config", "--force")
+}
+
 func (d *shellDriver) poolXML(ctx context.Context, h Host, pool string) (string, error) {
 	out, err := d.run(ctx, h, d.virsh("pool-info", "--pool", pool)+" && echo @@ && "+d.virsh("pool-dumpxml", "--pool", pool), nil)
 	if err != nil {

@@ -38,7 +38,7 @@ func TestQuote(t *testing.T) {
 func TestDomainXMLRoundTrip(t *testing.T) {
 	created := time.Date(2026, 12, 1, 3, 4, 5, 0, time.UTC)
 	spec := domainSpec{
-		Name: "px-1", Mark: mark{OwnerUID: "uid-1", Name: "px-1", Owner: "ns/p", CreatedAt: created},
+		Name: "px-1", Mark: newMark(testIdentity, "lab", "kvm1", "uid-1", "px-1", "ns/p", created), Seed: "px-1-token-seed.iso",
 		DomainType: "qemu", Machine: "pc", Cores: 2, MemoryMiB: 512, Pool: "pool", MAC: "52:54:00:aa:bb:cc",
 		Network: "net", VLANTag: 42, Image: Image{Volume: "base", Kernel: "/k", Initrd: "/i", Cmdline: "root=/dev/vda"}, Agent: true,
 	}
@@ -50,7 +50,7 @@ func TestDomainXMLRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := domainFacts{Mark: spec.Mark, Marked: true, MAC: spec.MAC, Volumes: []string{"px-1-disk.qcow2", "px-1-seed.iso"}}
+	want := domainFacts{Mark: spec.Mark, Marked: true, MAC: spec.MAC, Volumes: []string{"px-1-disk.qcow2", "px-1-token-seed.iso"}}
 	if diff := cmp.Diff(want, f, cmp.AllowUnexported(domainFacts{}, mark{})); diff != "" {
 		t.Errorf("parsed facts (-want +got):\n%s", diff)
 	}
@@ -78,6 +78,36 @@ func TestDomainXMLRoundTrip(t *testing.T) {
 	}
 	if f, _ := parseDomain(doc, "pool"); !f.Marked || f.Mark.Name != spec.Name {
 		t.Errorf("escaped name read back as %q (marked %v)", f.Mark.Name, f.Marked)
+	}
+}
+
+// TestMarkSignature: the signed mark read back from a definition verifies
+// for its own host and entry, and for no other; one without a signature
+// does not verify.
+func TestMarkSignature(t *testing.T) {
+	m := newMark(testIdentity, "lab", "kvm1", "uid-1", "px-1", "ns/p", time.Now())
+	doc, err := domainXML(domainSpec{Name: "px-1", Mark: m, Pool: "pool", MAC: "52:54:00:aa:bb:cc", Network: "net"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseDomain(doc, "pool")
+	if err != nil || !f.Marked {
+		t.Fatalf("parseDomain = %+v, %v", f, err)
+	}
+	for _, c := range []struct {
+		reason      string
+		entry, host string
+		sig         string
+		want        bool
+	}{
+		{"as defined", "lab", "kvm1", f.Mark.Signature, true},
+		{"copied to another host's domain of the same name", "lab", "kvm2", f.Mark.Signature, false},
+		{"another entry on the same host", "lab2", "kvm1", f.Mark.Signature, false},
+		{"the signature removed", "lab", "kvm1", "", false},
+	} {
+		if got := testIdentity.Owns(f.Mark.Mark(c.entry, hostPlace(c.host)), c.sig); got != c.want {
+			t.Errorf("%s: verifies %v, want %v", c.reason, got, c.want)
+		}
 	}
 }
 
@@ -109,6 +139,17 @@ func TestParseLeasesAndDomifaddr(t *testing.T) {
 		" enp0s2 52:54:00:aa:bb:cc    ipv4         198.51.100.7/24\n enp0s2 52:54:00:aa:bb:cc    ipv6         fe80::1/64\n")
 	if got := agentAddress(ifaces, "52:54:00:aa:bb:cc"); got != netip.MustParseAddr("198.51.100.7") {
 		t.Errorf("agent address = %v, want 198.51.100.7 (the NIC's IPv4, not loopback or link-local)", got)
+	}
+}
+
+// TestParseVolList reads virsh -q vol-list: the names, whatever the paths.
+func TestParseVolList(t *testing.T) {
+	out := " a-disk.qcow2      /var/lib/pool/a-disk.qcow2\n" +
+		" a-seed.iso        /var/lib/pool/a-seed.iso\n\n" +
+		" with space.img    /var/lib/pool/with space.img\n"
+	want := []string{"a-disk.qcow2", "a-seed.iso", "with"}
+	if diff := cmp.Diff(want, parseVolList(out)); diff != "" {
+		t.Errorf("parseVolList (-want +got):\n%s", diff)
 	}
 }
 

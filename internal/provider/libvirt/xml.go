@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"libvirt.org/go/libvirtxml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 )
 
 // MarkNamespace is the XML namespace of the operator's mark in a domain's
@@ -15,25 +17,34 @@ import (
 // the tools that edit the description a human sees.
 const MarkNamespace = "https://github.com/egress-proxies/egress-proxies-operator/xmlns/instance/v1"
 
-// mark is what the operator records on a domain it created.
-type mark struct {
-	OwnerUID  string
-	Name      string
-	Owner     string
-	CreatedAt time.Time
-}
+// mark is what the operator records on a domain it created
+// (ownership.Stamp: the place it is signed for is the host, hostPlace), so
+// the mark can be neither edited nor copied to another domain or host.
+type mark = ownership.Stamp
 
 // markXML is the mark's element.
 type markXML struct {
-	XMLName   xml.Name `xml:"https://github.com/egress-proxies/egress-proxies-operator/xmlns/instance/v1 instance"`
-	OwnerUID  string   `xml:"ownerUID"`
-	Name      string   `xml:"name"`
-	Owner     string   `xml:"owner,omitempty"`
-	CreatedAt string   `xml:"createdAt"`
+	XMLName      xml.Name `xml:"https://github.com/egress-proxies/egress-proxies-operator/xmlns/instance/v1 instance"`
+	Installation string   `xml:"installation,omitempty"`
+	OwnerUID     string   `xml:"ownerUID"`
+	Name         string   `xml:"name"`
+	Owner        string   `xml:"owner,omitempty"`
+	CreatedAt    string   `xml:"createdAt"`
+	Signature    string   `xml:"signature,omitempty"`
 }
 
-func (m mark) element() (string, error) {
-	b, err := xml.Marshal(markXML{OwnerUID: m.OwnerUID, Name: m.Name, Owner: m.Owner, CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339)})
+// newMark is the signed mark of a domain the provider defines on host.
+func newMark(id *ownership.Identity, entry, host, ownerUID, name, owner string, created time.Time) mark {
+	return id.NewStamp(entry, hostPlace(host), ownerUID, name, owner, created)
+}
+
+// hostPlace is the place a domain's mark is signed for: its host.
+func hostPlace(host string) string { return "host=" + host }
+
+// markElement is the mark as its element of the domain's <metadata>.
+func markElement(m mark) (string, error) {
+	b, err := xml.Marshal(markXML{Installation: m.Installation, OwnerUID: m.OwnerUID, Name: m.Name, Owner: m.Owner,
+		CreatedAt: m.CreatedAt.UTC().Format(time.RFC3339), Signature: m.Signature})
 	if err != nil {
 		return "", fmt.Errorf("encoding the mark: %w", err)
 	}
@@ -49,7 +60,8 @@ func parseMark(inner string) (mark, bool) {
 		return mark{}, false
 	}
 	x := wrap.Items[0]
-	m := mark{OwnerUID: strings.TrimSpace(x.OwnerUID), Name: strings.TrimSpace(x.Name), Owner: x.Owner}
+	m := mark{Installation: strings.TrimSpace(x.Installation), OwnerUID: strings.TrimSpace(x.OwnerUID), Name: strings.TrimSpace(x.Name),
+		Owner: x.Owner, Signature: strings.TrimSpace(x.Signature)}
 	if t, err := time.Parse(time.RFC3339, strings.TrimSpace(x.CreatedAt)); err == nil {
 		m.CreatedAt = t
 	}
@@ -58,12 +70,12 @@ func parseMark(inner string) (mark, bool) {
 
 // Volume names of an instance in the pool.
 func diskVolume(name string) string { return name + "-disk.qcow2" }
-func seedVolume(name string) string { return name + "-seed.iso" }
 
 // domainSpec is everything a domain definition is built from.
 type domainSpec struct {
 	Name       string
 	Mark       mark
+	Seed       string // the seed volume the CD-ROM holds (Provider.seedVolume)
 	DomainType string
 	Machine    string
 	Cores      int
@@ -82,7 +94,7 @@ type domainSpec struct {
 // of the pool by name, so the definition does not depend on where the pool
 // keeps its files; they need not exist until the domain starts.
 func domainXML(s domainSpec) (string, error) {
-	me, err := s.Mark.element()
+	me, err := markElement(s.Mark)
 	if err != nil {
 		return "", err
 	}
@@ -115,8 +127,8 @@ func domainXML(s domainSpec) (string, error) {
 					// a SATA CD-ROM would not be seen (docs/libvirt.md).
 					Device:   "cdrom",
 					Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
-					Source:   &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: s.Pool, Volume: seedVolume(s.Name)}},
-					Target:   &libvirtxml.DomainDiskTarget{Dev: "hdc", Bus: "ide"},
+					Source:   &libvirtxml.DomainDiskSource{Volume: &libvirtxml.DomainDiskSourceVolume{Pool: s.Pool, Volume: s.Seed}},
+					Target:   &libvirtxml.DomainDiskTarget{Dev: seedDrive, Bus: "ide"},
 					ReadOnly: &libvirtxml.DomainDiskReadOnly{},
 				},
 			},
@@ -177,7 +189,8 @@ type domainFacts struct {
 }
 
 // parseDomain reads a domain definition. The mark counts only when it names
-// the domain itself: a mark copied onto another domain is not its mark.
+// the domain itself: a mark copied onto another domain is not its mark. The
+// signature is checked by the caller, which knows the host.
 func parseDomain(doc, pool string) (domainFacts, error) {
 	var d libvirtxml.Domain
 	if err := d.Unmarshal(doc); err != nil {

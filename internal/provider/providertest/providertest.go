@@ -35,6 +35,14 @@ const (
 	// operator's (another entry's, a broken one), as far as the provider's
 	// mark format can express it. It must be treated as foreign.
 	Forged Foreign = "forged"
+	// Unsigned carries a complete mark in the operator's format (and its
+	// tag, where the type has one), naming this installation and the
+	// instance itself, without a signature: what a hypervisor user who can
+	// edit descriptions, metadata or labels writes by hand.
+	Unsigned Foreign = "unsigned"
+	// BadSignature is Unsigned with a signature made with another key
+	// under this installation's ID.
+	BadSignature Foreign = "bad-signature"
 )
 
 // Harness is one provider type's world for the suite: a provider entry and
@@ -70,6 +78,16 @@ type Harness interface {
 	// (including a version that any write changes), or "" when it is gone:
 	// two equal snapshots mean it was not touched.
 	Snapshot(t *testing.T, id provider.ID) string
+	// CopyMark makes a foreign instance that carries the whole mark of the
+	// operator's instance from (signature and tag included), copied as a
+	// hypervisor user who can read one and write another would: with
+	// from's name where the infrastructure allows two instances of one
+	// name, else another. It returns the copy's ID.
+	CopyMark(t *testing.T, from provider.ID) provider.ID
+	// OtherInstallation returns a Provider on the same entry and
+	// infrastructure built for another installation of the operator (its
+	// own ID and key): a staging operator next to production.
+	OtherInstallation(t *testing.T) provider.Provider
 }
 
 // timeout bounds every wait of the suite.
@@ -88,6 +106,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"DeleteIsIdempotentAndFinal", deletion},
 		{"ListByTagListsOursOnly", listing},
 		{"ForeignInstancesAreNeverTouched", ownership},
+		{"ACopiedMarkIsForeign", copiedMark},
+		{"AnotherInstallationsInstancesAreNeverTouched", otherInstallation},
 		{"AnOutageIsNeverNotFoundNorDone", outage},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -319,7 +339,7 @@ func listing(t *testing.T, s *suite) {
 func ownership(t *testing.T, s *suite) {
 	p := s.h.Provider(t)
 	kinds := 0
-	for _, kind := range []Foreign{Unmarked, Forged} {
+	for _, kind := range []Foreign{Unmarked, Forged, Unsigned, BadSignature} {
 		name := "contract-" + string(kind)
 		id, ok := s.h.AddForeign(t, kind, name)
 		if !ok {
@@ -365,6 +385,78 @@ func ownership(t *testing.T, s *suite) {
 	}
 	if kinds == 0 {
 		t.Fatal("the harness can add no foreign instance: the suite cannot check ownership")
+	}
+}
+
+// leftAlone checks that p neither finds, lists nor deletes the instance
+// id, which is not p's, and that Create of req (whose name it may carry)
+// neither adopts nor touches it. what names the instance in messages.
+func (s *suite) leftAlone(t *testing.T, p provider.Provider, id provider.ID, req provider.Request, what string) {
+	t.Helper()
+	before := s.h.Snapshot(t, id)
+	if before == "" {
+		t.Fatalf("%s %s is not on the infrastructure", what, id)
+	}
+	if _, err := p.Get(s.ctx, id); !provider.IsNotFound(s.seen(err)) {
+		t.Errorf("Get of %s = %v, want NotFound", what, err)
+	}
+	list, err := p.ListByTag(s.ctx)
+	if s.seen(err) != nil {
+		t.Fatal(err)
+	}
+	for _, in := range list {
+		if in.ID == id {
+			t.Errorf("ListByTag lists %s %s: garbage collection would delete it", what, id)
+		}
+	}
+	// Delete may take steps (InProgress) for what is left of the
+	// caller's own instance, such as a seed; it must end in success.
+	s.remove(t, p, id)
+	got, err := p.Create(s.ctx, req)
+	if s.seen(err) == nil && got == id {
+		t.Errorf("Create of %s adopted %s %s", req.Name, what, id)
+	}
+	if err != nil && !provider.IsPermanent(err) && !provider.IsInProgress(err) && !provider.IsTransient(err) {
+		t.Errorf("Create next to %s = %v, want an ID, Permanent, InProgress or Transient", what, err)
+	}
+	if after := s.h.Snapshot(t, id); after != before {
+		t.Errorf("%s was touched:\nbefore %s\nafter  %s", what, before, after)
+	}
+}
+
+// copiedMark: the whole mark of one of the operator's instances, signature
+// and tag included, copied onto another instance, does not make that one
+// the operator's; and the original stays the operator's.
+func copiedMark(t *testing.T, s *suite) {
+	p := s.h.Provider(t)
+	req := s.h.Request(t, "uid-copied", "contract-copied")
+	src := s.create(t, p, req)
+	cp := s.h.CopyMark(t, src)
+	s.leftAlone(t, p, cp, req, "the instance with a copied mark")
+	if got := s.ours(t, p, req); len(got) != 1 || got[0].ID != src {
+		t.Errorf("instances of the request next to a copy of its mark = %+v, want exactly %s", got, src)
+	}
+	if again := s.create(t, s.h.Provider(t), req); again != src {
+		t.Errorf("Create next to a copy of its mark = %s, want the original %s", again, src)
+	}
+}
+
+// otherInstallation: two installations of the operator on one entry never
+// list, adopt or delete each other's instances, whose marks are valid, but
+// another installation's.
+func otherInstallation(t *testing.T, s *suite) {
+	p, q := s.h.Provider(t), s.h.OtherInstallation(t)
+	theirs := s.h.Request(t, "uid-theirs", "contract-theirs")
+	tid := s.create(t, q, theirs)
+	s.leftAlone(t, p, tid, theirs, "the other installation's instance")
+	if got := s.ours(t, q, theirs); len(got) != 1 || got[0].ID != tid {
+		t.Errorf("the other installation lists %+v, want its own %s", got, tid)
+	}
+	mine := s.h.Request(t, "uid-mine", "contract-mine")
+	mid := s.create(t, p, mine)
+	s.leftAlone(t, q, mid, mine, "this installation's instance, seen by the other,")
+	if got := s.ours(t, p, mine); len(got) != 1 || got[0].ID != mid {
+		t.Errorf("this installation lists %+v, want its own %s", got, mid)
 	}
 }
 

@@ -36,9 +36,15 @@ func (h *harness) destroyBehindOurBack(node string, vmid int) {
 	h.waitTask(c, node, upid)
 }
 
+// seedFile is the file name of the seed of name that the harness's
+// providers upload (Provider.seedFile).
+func (h *harness) seedFile(name string) string {
+	return testIdentity.SignedName("seed", h.entry.Name, name) + seedSuffix
+}
+
 // seedOn reports whether the seed of name is on the ISO storage of node.
 func (h *harness) seedOn(node, name string) bool {
-	_, ok := h.sim.VolumePath(node, h.block.ISOStorage+":iso/"+seedFile(name))
+	_, ok := h.sim.VolumePath(node, h.block.ISOStorage+":iso/"+h.seedFile(name))
 	return ok
 }
 
@@ -124,7 +130,7 @@ func TestDeleteOfAGoneVMDeletesItsSeedEverywhere(t *testing.T) {
 	// node before a change of placement would leave.
 	c := newClient(h.block.APIURL, h.block.TokenFile, h.block.CAFile, false)
 	p := h.provider()
-	upid, err := c.upload(h.ctx, otherNode, h.block.ISOStorage, seedFile(req.Name), p.seedFor(req))
+	upid, err := c.upload(h.ctx, otherNode, h.block.ISOStorage, h.seedFile(req.Name), p.seedFor(req))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +218,7 @@ func TestCheckReasonsOfTheReference(t *testing.T) {
 	b.APIURL = "https://" + closed
 	e := *h.entry
 	e.Block = &b
-	p, err := New(Options{Entry: &e})
+	p, err := New(Options{Ownership: testIdentity, Entry: &e})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,8 +350,8 @@ func TestCallLogLines(t *testing.T) {
 	}{
 		{"clone", []string{`"call"="clone"`, `"node"="pve1"`, `"vmid"=9000`, `"storage"="local-lvm"`, upid,
 			`"newName"="` + req.Name + `"`, fmt.Sprintf(`"newVMID"=%d`, vmid)}},
-		{"upload", []string{`"call"="upload seed"`, `"node"="pve1"`, `"storage"="seeds"`, upid, `"file"="` + seedFile(req.Name) + `"`}},
-		{"volume delete", []string{`"call"="delete volume"`, `"node"="pve1"`, `"storage"="seeds"`, upid, `"volid"="seeds:iso/` + seedFile(req.Name) + `"`}},
+		{"upload", []string{`"call"="upload seed"`, `"node"="pve1"`, `"storage"="seeds"`, upid, `"file"="` + h.seedFile(req.Name) + `"`}},
+		{"volume delete", []string{`"call"="delete volume"`, `"node"="pve1"`, `"storage"="seeds"`, upid, `"volid"="seeds:iso/` + h.seedFile(req.Name) + `"`}},
 		{"start", []string{`"call"="start"`, `"node"="pve1"`, fmt.Sprintf(`"vmid"=%d`, vmid), upid}},
 		{"storage status of a VM call", []string{`"call"="destroy"`, fmt.Sprintf(`"vmid"=%d`, vmid), `"storage"=""`, upid}},
 	} {

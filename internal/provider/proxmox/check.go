@@ -58,7 +58,7 @@ func (p *Provider) checkNode(ctx context.Context, node string) provider.Verdict 
 	if a, ok := st["active"].(float64); ok && a == 0 {
 		return fail(ReasonStorageNotFound, fmt.Errorf("storage %s is not active on %s", p.block.ISOStorage, node), "reading ISO storage "+p.block.ISOStorage)
 	}
-	list, err := p.cachedListing(ctx)
+	list, _, err := p.cachedListing(ctx)
 	if err != nil {
 		return fail(reasonFor(err), err, "listing vms")
 	}

@@ -105,6 +105,26 @@ type TaskStatus struct {
 	ExitStatus string `json:"exitstatus"`
 }
 
+// TaskEntry is one task of a node's task list: a finished task's status is
+// its exit status, a running task has none.
+type TaskEntry struct {
+	UPID   string `json:"upid"`
+	Status string `json:"status"`
+}
+
+// taskListLimit bounds a node's task list; a task past it is read alone.
+const taskListLimit = 2000
+
+// tasks lists a node's tasks, running and finished, that started at or
+// after since (Unix seconds, the node's clock).
+func (c *client) tasks(ctx context.Context, node string, since int64) ([]TaskEntry, error) {
+	var out []TaskEntry
+	err := c.do(ctx, call{name: "task list", method: http.MethodGet, node: node,
+		path:  "/nodes/" + url.PathEscape(node) + "/tasks",
+		query: url.Values{"source": {"all"}, "since": {strconv.FormatInt(since, 10)}, "limit": {strconv.Itoa(taskListLimit)}}}, &out)
+	return out, err
+}
+
 // Done reports whether the task stopped.
 func (t TaskStatus) Done() bool { return t.Status == "stopped" }
 
@@ -575,6 +595,8 @@ func (c *client) upload(ctx context.Context, node, storage, filename string, see
 type Volume struct {
 	VolID string `json:"volid"`
 	Size  int64  `json:"size"`
+	// CTime is when the volume was written, in Unix seconds.
+	CTime int64 `json:"ctime"`
 }
 
 func (c *client) storageContent(ctx context.Context, node, storage, content string) ([]Volume, error) {

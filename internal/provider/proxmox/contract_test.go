@@ -7,7 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
@@ -77,20 +80,72 @@ func (c *contractHarness) SetOutage(_ *testing.T, on bool) {
 	c.h.sim.ClearFaults()
 }
 
-// AddForeign clones the template as someone else would: unmarked, or with
-// the tag but no mark in the description (the forged form the mark format
-// allows: the tag alone proves nothing).
+// AddForeign clones the template as someone else would: unmarked; with
+// the tag but a partial mark (forged); or with the tag and a whole mark of
+// this installation for the VM itself, unsigned or signed with another key:
+// what a hypervisor user who can edit descriptions and tags writes.
 func (c *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, name string) (provider.ID, bool) {
 	c.foreign++
 	vmid := 150000 + c.foreign
 	c.h.foreignClone(vmid, name)
-	if kind == providertest.Forged {
-		cl := newClient(c.h.block.APIURL, c.h.block.TokenFile, c.h.block.CAFile, false)
-		if err := cl.setConfig(c.h.ctx, "pve1", vmid, url.Values{"tags": {Tag}, "description": {markHeader + "\n" + markName + name + "\n"}}); err != nil {
+	m := mark{Installation: testIdentity.Installation(), OwnerUID: "uid-" + string(kind), Name: name, Owner: "ns/p", CreatedAt: time.Now().UTC().Truncate(time.Second)}
+	var desc string
+	switch kind {
+	case providertest.Unmarked:
+		return ID("pve1", vmid, name), true
+	case providertest.Forged:
+		desc = markHeader + "\n" + markName + name + "\n"
+	case providertest.Unsigned:
+		desc = description(m)
+	case providertest.BadSignature:
+		forger, err := ownership.NewIdentity(testIdentity.Installation(), []byte("a forger's key of thirty-two b.."))
+		if err != nil {
 			t.Fatal(err)
 		}
+		m = newMark(forger, c.h.entry.Name, vmid, m.OwnerUID, m.Name, m.Owner, m.CreatedAt)
+		desc = description(m)
+	default:
+		return "", false
 	}
+	c.setConfig(t, vmid, url.Values{"tags": {Tag}, "description": {desc}})
 	return ID("pve1", vmid, name), true
+}
+
+func (c *contractHarness) setConfig(t *testing.T, vmid int, form url.Values) {
+	t.Helper()
+	cl := newClient(c.h.block.APIURL, c.h.block.TokenFile, c.h.block.CAFile, false)
+	if err := cl.setConfig(c.h.ctx, "pve1", vmid, form); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// CopyMark clones the template to another VMID of the entry's range, with
+// the same name (Proxmox VE allows it), and copies the description (the
+// signed mark) and tags of from onto it.
+func (c *contractHarness) CopyMark(t *testing.T, from provider.ID) provider.ID {
+	_, src, name, err := parseID(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, ok := c.h.sim.VMConfig(src)
+	if !ok {
+		t.Fatalf("no VM %d to copy the mark of", src)
+	}
+	c.foreign++
+	vmid := 150000 + c.foreign
+	c.h.foreignClone(vmid, name)
+	c.setConfig(t, vmid, url.Values{"tags": {cfg["tags"]}, "description": {cfg["description"]}})
+	return ID("pve1", vmid, name)
+}
+
+// OtherInstallation is a provider of the same entry for another
+// installation, with its own key.
+func (c *contractHarness) OtherInstallation(t *testing.T) provider.Provider {
+	p, err := New(Options{Ownership: ownershiptest.Identity("other-installation"), Entry: c.h.entry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func (c *contractHarness) Snapshot(_ *testing.T, id provider.ID) string {

@@ -18,6 +18,7 @@ import (
 const (
 	kindClone      = "clone"
 	kindSeed       = "seed"
+	kindConfig     = "config"
 	kindResize     = "resize"
 	kindStart      = "start"
 	kindStop       = "stop"
@@ -26,14 +27,11 @@ const (
 	kindDuplicate  = "duplicate"
 )
 
-const lockSuspended = "suspended"
-
-// seedFile is the seed's file name on the ISO storage.
-func seedFile(name string) string { return name + "-seed.iso" }
-
-func (p *Provider) seedVolid(name string) string {
-	return p.block.ISOStorage + ":iso/" + seedFile(name)
-}
+// Lock names of the listing and the config (F7, F8, F24).
+const (
+	lockClone     = "clone"
+	lockSuspended = "suspended"
+)
 
 // plan is what a Request resolves to in the entry's configuration.
 type plan struct {
@@ -85,8 +83,15 @@ func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	if err := p.checkPending(ctx, req.Name); err != nil {
 		return "", err
 	}
-	// Create step 4 (docs/proxmox-behaviour.md): a fresh listing (F8).
-	list, err := p.listing(ctx, p.now())
+	if r, ok := p.cloned(req.Name); ok {
+		// This process cloned the VM and saw the clone end: the next steps
+		// need no listing (the VM is ours, and where it is, is known).
+		id, err := p.advance(ctx, pl, r, false)
+		return id, p.unlessInProgress(req.Name, err)
+	}
+	// Create step 4 (docs/proxmox-behaviour.md): a listing newer than
+	// anything this process did or saw for the name, shared (F8).
+	list, _, err := p.listing(ctx, p.freshness(req.Name))
 	if err != nil {
 		return "", classify("listing vms", err)
 	}
@@ -98,17 +103,22 @@ func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	case 0:
 		return "", p.allocate(ctx, list, pl)
 	case 1:
-		return p.advance(ctx, pl, mine[0])
+		id, err := p.advance(ctx, pl, mine[0], true)
+		return id, p.unlessInProgress(req.Name, err)
 	default:
 		return "", p.dedupe(ctx, req.Name, mine)
 	}
 }
 
 // ours returns the listed QEMU VMs named req.Name whose mark carries
-// req.OwnerUID. A VM with our name but without our mark is Permanent: never
-// adopted, never touched.
+// req.OwnerUID. A VM with our name but without our mark (unsigned, forged,
+// copied or another installation's) is never adopted nor touched: when it
+// is the only one of that name, Create stops with a Permanent error, since
+// someone took the name; next to the proxy's own VM, it is ignored, so that
+// a copy of our mark on a VM of that name neither stops nor duplicates ours.
 func (p *Provider) ours(ctx context.Context, list []Resource, req provider.Request) ([]Resource, error) {
 	var out []Resource
+	var foreign []Resource
 	for _, r := range list {
 		if r.Type != "qemu" || r.Name != req.Name || r.Template == 1 {
 			continue
@@ -121,11 +131,16 @@ func (p *Provider) ours(ctx context.Context, list []Resource, req provider.Reque
 			return nil, classify(fmt.Sprintf("reading the config of VM %d", r.VMID), err)
 		}
 		if !ok || m.OwnerUID != req.OwnerUID {
-			return nil, provider.NewPermanent(
-				fmt.Errorf("VM %d on %s is named %s but does not carry this proxy's mark", r.VMID, r.Node, req.Name),
-				"rename or remove that VM; the operator never adopts a VM it did not create")
+			foreign = append(foreign, r)
+			continue
 		}
 		out = append(out, r)
+	}
+	if len(out) == 0 && len(foreign) > 0 {
+		r := foreign[0]
+		return nil, provider.NewPermanent(
+			fmt.Errorf("VM %d on %s is named %s but does not carry this proxy's mark", r.VMID, r.Node, req.Name),
+			"rename or remove that VM; the operator never adopts a VM it did not create")
 	}
 	return out, nil
 }
@@ -222,7 +237,7 @@ func (p *Provider) checkTemplate(ctx context.Context, list []Resource, pl plan) 
 	if t.Template != 1 {
 		return "", provider.NewPermanent(fmt.Errorf("VM %d is not a template", pl.template), action)
 	}
-	cfg, err := p.api.vmConfig(ctx, t.Node, t.VMID)
+	cfg, err := p.templateConfig(ctx, t)
 	if err != nil {
 		return "", classify(fmt.Sprintf("reading template %d", pl.template), err)
 	}
@@ -243,17 +258,39 @@ func (p *Provider) checkTemplate(ctx context.Context, list []Resource, pl plan) 
 	return t.Node, nil
 }
 
+// templateConfig reads a template's config, at most once per poll interval
+// for all the creates that clone it.
+func (p *Provider) templateConfig(ctx context.Context, t Resource) (map[string]any, error) {
+	p.mu.Lock()
+	c, ok := p.templates[t.VMID]
+	p.mu.Unlock()
+	if ok && !c.at.Before(p.now().Add(-p.poll())) {
+		return c.cfg, nil
+	}
+	at := p.now()
+	cfg, err := p.api.vmConfig(ctx, t.Node, t.VMID)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.templates[t.VMID] = templateConfig{cfg: cfg, at: at}
+	p.mu.Unlock()
+	return cfg, nil
+}
+
 func (p *Provider) clone(ctx context.Context, list []Resource, pl plan, vmid int) error {
 	tnode, err := p.checkTemplate(ctx, list, pl)
 	if err != nil {
 		return err
 	}
-	m := mark{OwnerUID: pl.req.OwnerUID, Name: pl.req.Name, Owner: pl.req.Owner.String(), CreatedAt: p.now()}
+	// The mark holds whole seconds (RFC 3339), and this process remembers it
+	// as written; newMark signs it with the VMID.
+	m := newMark(p.ident, p.entry.Name, vmid, pl.req.OwnerUID, pl.req.Name, pl.req.Owner.String(), p.now())
 	form := url.Values{
 		"newid":       {strconv.Itoa(vmid)},
 		"name":        {pl.req.Name},
 		"full":        {"1"},
-		"description": {m.description()},
+		"description": {description(m)},
 	}
 	if pl.node != tnode {
 		form.Set("target", pl.node)
@@ -269,13 +306,50 @@ func (p *Provider) clone(ctx context.Context, list []Resource, pl plan, vmid int
 	if err != nil {
 		return classify(fmt.Sprintf("cloning template %d to VM %d on %s", pl.template, vmid, pl.node), err)
 	}
+	p.mu.Lock()
+	p.creating[pl.req.Name] = creatingVM{node: pl.node, vmid: vmid, ownerUID: pl.req.OwnerUID, createdAt: m.CreatedAt, mark: m}
+	p.mu.Unlock()
 	step := fmt.Sprintf("cloning template %d to VM %d", pl.template, vmid)
 	p.setPending(pl.req.Name, pending{step: step, kind: kindClone, node: tnode, vmid: vmid, upid: upid})
 	return provider.NewInProgress(step, p.poll())
 }
 
-// advance does the next step on our VM (create steps 7 to 11 (docs/proxmox-behaviour.md)).
-func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.ID, error) {
+// cloned returns the VM this process cloned for name once it saw the clone
+// task end OK, and remembers its mark (the one the clone wrote, F10), so
+// that nothing has to be read to go on.
+func (p *Provider) cloned(name string) (Resource, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, ok := p.creating[name]
+	if !ok || !p.done[name+"/"+kindClone] {
+		return Resource{}, false
+	}
+	if _, known := p.marks[c.vmid]; !known {
+		p.marks[c.vmid] = markEntry{name: name, m: c.mark, ok: true}
+	}
+	return Resource{Node: c.node, VMID: c.vmid, Name: name, Type: "qemu", Status: "stopped"}, true
+}
+
+// unlessInProgress makes the next Create of name judge from a new listing
+// after any outcome other than InProgress: what this process knew may be
+// wrong (the VM was destroyed behind its back, a lock appeared).
+func (p *Provider) unlessInProgress(name string, err error) error {
+	if err != nil && !provider.IsInProgress(err) {
+		p.mu.Lock()
+		delete(p.done, name+"/"+kindClone)
+		p.changed[name] = p.now()
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// advance does the next step on our VM (create steps 7 to 11
+// (docs/proxmox-behaviour.md)). listed says r comes from a listing; else it
+// is what this process knows of the VM it cloned. Each step runs once in
+// this process (done flags); after a restart the config read that yields
+// the mark also says whether the seed is attached, so nothing is done twice
+// that shows.
+func (p *Provider) advance(ctx context.Context, pl plan, r Resource, listed bool) (provider.ID, error) {
 	name := pl.req.Name
 	id := ID(r.Node, r.VMID, name)
 	if r.Lock == lockSuspended {
@@ -287,21 +361,31 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 		}
 		return "", provider.NewInProgress(fmt.Sprintf("waiting for the %s lock of VM %d", r.Lock, r.VMID), p.poll())
 	}
-	cfg, err := p.api.vmConfig(ctx, r.Node, r.VMID)
-	if err != nil {
-		return "", classify(fmt.Sprintf("reading the config of VM %d", r.VMID), err)
+	if listed && r.Status == "running" {
+		// Adopted running (its create went this far before a restart).
+		p.clearName(name)
+		return id, nil
 	}
-	if l := cfgStr(cfg, "lock"); l != "" {
-		return "", provider.NewInProgress(fmt.Sprintf("waiting for the %s lock of VM %d", l, r.VMID), p.poll())
+	var cfg map[string]any
+	readConfig := func() error {
+		if cfg != nil {
+			return nil
+		}
+		var err error
+		if cfg, err = p.api.vmConfig(ctx, r.Node, r.VMID); err != nil {
+			return classify(fmt.Sprintf("reading the config of VM %d", r.VMID), err)
+		}
+		return nil
 	}
-	if !strings.HasPrefix(cfgStr(cfg, "ide2"), p.seedVolid(name)+",") {
+	if !p.isDone(name, kindConfig) && p.seedOf(r.VMID) != seedAttached {
 		if !p.isDone(name, kindSeed) {
-			present, err := p.seedPresent(ctx, pl, r.Node)
-			if err != nil {
+			// F12: an upload overwrites, so a seed left by an earlier
+			// process is simply replaced.
+			return "", p.uploadSeed(ctx, pl, r)
+		}
+		if p.block.Bridge != "" || p.block.VLANTag != 0 {
+			if err := readConfig(); err != nil {
 				return "", err
-			}
-			if !present {
-				return "", p.uploadSeed(ctx, pl, r)
 			}
 		}
 		form, err := p.configForm(pl, cfg)
@@ -309,11 +393,19 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 			return "", err
 		}
 		if err := p.api.setConfig(ctx, r.Node, r.VMID, form); err != nil {
+			if ae, ok := apiErr(err); ok && reLocked.MatchString(ae.Message) {
+				// F7: the clone's lock can outlast its task briefly.
+				return "", provider.NewInProgress(fmt.Sprintf("waiting for the lock of VM %d: %s", r.VMID, ae.Message), p.poll())
+			}
 			return "", classify(fmt.Sprintf("writing the config of VM %d", r.VMID), err)
 		}
-		p.invalidateListing() // the tags changed
+		p.setSeed(r.VMID, seedAttached)
+		p.markDone(name, kindConfig)
 	}
-	if pl.mt.DiskGiB > 0 {
+	if pl.mt.DiskGiB > 0 && !p.isDone(name, kindResize) {
+		if err := readConfig(); err != nil {
+			return "", err
+		}
 		slot, size, ok := bootDisk(cfg)
 		if !ok {
 			return "", provider.NewPermanent(fmt.Errorf("VM %d has no boot disk with a readable size", r.VMID), "fix the template")
@@ -329,29 +421,14 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource) (provider.I
 			p.setPending(name, pending{step: step, kind: kindResize, node: r.Node, vmid: r.VMID, upid: upid})
 			return "", provider.NewInProgress(step, p.poll())
 		}
-	}
-	st, err := p.api.status(ctx, r.Node, r.VMID)
-	if err != nil {
-		return "", classify(fmt.Sprintf("reading the status of VM %d", r.VMID), err)
-	}
-	switch {
-	case st.Status == "running" && st.QMPStatus == "running":
-		p.clearName(name)
-		return id, nil
-	case st.Status == "running" && st.QMPStatus == "prelaunch":
-		if p.waitedSince(name+"/running") > p.block.RunningBudget() {
-			return "", provider.NewTransient(fmt.Errorf("VM %d has not left prelaunch within the running budget", r.VMID))
-		}
-		return "", provider.NewInProgress(fmt.Sprintf("VM %d is starting", r.VMID), p.poll())
-	case st.Status == "running":
-		return "", provider.NewTransient(fmt.Errorf("VM %d is %s, not running", r.VMID, st.QMPStatus))
+		p.markDone(name, kindResize)
 	}
 	if p.isDone(name, kindStart) {
-		// Create step 11 (docs/proxmox-behaviour.md): stopped after the start.
-		p.mu.Lock()
-		delete(p.done, name+"/"+kindStart)
-		p.mu.Unlock()
-		return "", provider.NewTransient(fmt.Errorf("VM %d stopped after it was started", r.VMID))
+		// Create step 11 (docs/proxmox-behaviour.md): the start task ended
+		// OK, so the VM runs; Get reports it Provisioning until the agent
+		// answers, and Stopped should it stop again.
+		p.clearName(name)
+		return id, nil
 	}
 	upid, err := p.api.start(ctx, r.Node, r.VMID)
 	if err != nil {
@@ -367,28 +444,11 @@ func (p *Provider) seedFor(req provider.Request) nocloud.Seed {
 	return nocloud.InstanceSeed(req.Name, req.UserData.Bytes(), p.block.GuestAgent())
 }
 
-// seedPresent reports whether a complete seed (its exact size) is on the ISO
-// storage already, so that a restarted operator does not upload it again.
-func (p *Provider) seedPresent(ctx context.Context, pl plan, node string) (bool, error) {
-	vols, err := p.api.storageContent(ctx, node, p.block.ISOStorage, "iso")
-	if err != nil {
-		return false, classify(fmt.Sprintf("listing ISO storage %s on %s", p.block.ISOStorage, node), err)
-	}
-	want := p.seedVolid(pl.req.Name)
-	size := nocloud.Size(p.seedFor(pl.req))
-	for _, v := range vols {
-		if v.VolID == want && v.Size == size {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
 // uploadSeed uploads the NoCloud seed (create step 8 (docs/proxmox-behaviour.md); F12: overwrites).
 func (p *Provider) uploadSeed(ctx context.Context, pl plan, r Resource) error {
-	upid, err := p.api.upload(ctx, r.Node, p.block.ISOStorage, seedFile(pl.req.Name), p.seedFor(pl.req))
+	upid, err := p.api.upload(ctx, r.Node, p.block.ISOStorage, p.seedFile(pl.req.Name), p.seedFor(pl.req))
 	if err != nil {
-		return classify(fmt.Sprintf("uploading %s to %s on %s", seedFile(pl.req.Name), p.block.ISOStorage, r.Node), err)
+		return classify(fmt.Sprintf("uploading %s to %s on %s", p.seedFile(pl.req.Name), p.block.ISOStorage, r.Node), err)
 	}
 	step := fmt.Sprintf("uploading the seed of VM %d", r.VMID)
 	p.setPending(pl.req.Name, pending{step: step, kind: kindSeed, node: r.Node, vmid: r.VMID, upid: upid})

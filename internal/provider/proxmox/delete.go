@@ -31,18 +31,38 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	}
 	defer unlock()
 	p.mu.Lock()
-	_, hadTask := p.tasks[name]
+	t, hadTask := p.tasks[name]
 	p.mu.Unlock()
 	if err := p.checkPending(ctx, name); err != nil {
 		return err
 	}
-	if hadTask && p.isDone(name, kindDestroy) {
-		p.finishDelete(ctx, name, vmid, true)
-		return nil
+	if hadTask && p.isDone(name, t.kind) && t.vmid == vmid {
+		// A step of this Delete ended OK: this process judged the VM ours
+		// when it started it, so the next step needs no listing.
+		switch t.kind {
+		case kindDestroy:
+			p.finishDelete(ctx, name, vmid, true)
+			return nil
+		case kindSeedDelete:
+			if t.vmGone {
+				p.finishDelete(ctx, name, vmid, false)
+				return nil
+			}
+			return p.destroy(ctx, name, t.node, vmid)
+		case kindStop:
+			return p.removeStopped(ctx, name, t.node, vmid)
+		}
 	}
-	list, err := p.listing(ctx, p.now())
+	list, at, err := p.listing(ctx, p.freshness(name))
 	if err != nil {
 		return classify("listing vms", err)
+	}
+	if r, ok := find(list, vmid); ok && r.Status == "unknown" && r.Lock == "" && at.Before(p.now()) {
+		// A node down, as a shared listing saw it: look again before
+		// failing, it may be back.
+		if list, _, err = p.listing(ctx, p.now()); err != nil {
+			return classify("listing vms", err)
+		}
 	}
 	r, ok := find(list, vmid)
 	if !ok {
@@ -50,6 +70,11 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	}
 	if r.Type != "qemu" {
 		return p.gone(ctx, name, vmid, "the VMID holds a "+r.Type+", left alone")
+	}
+	if r.Lock == lockClone {
+		// Deleted during its create: the clone must end before the VM can
+		// be judged and destroyed (F8: a VM being cloned has no name yet).
+		return provider.NewInProgress(fmt.Sprintf("waiting for the clone of VM %d to end", vmid), p.poll())
 	}
 	if r.Status == "unknown" || (r.Lock != "" && r.Lock != lockSuspended) {
 		return provider.NewTransient(fmt.Errorf("VM %d is listed with status %q and lock %q: a task in progress, or node %s unreachable", vmid, r.Status, r.Lock, r.Node))
@@ -77,14 +102,28 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 		p.dropAddr(vmid)
 		return p.inProgress(name, kindStop, node, vmid, upid, fmt.Sprintf("stopping VM %d", vmid))
 	}
+	return p.removeStopped(ctx, name, node, vmid)
+}
+
+// removeStopped deletes the seed of our stopped VM, then destroys the VM.
+func (p *Provider) removeStopped(ctx context.Context, name, node string, vmid int) error {
 	if !p.isDone(name, kindSeedDelete) {
-		// The seed goes before the VM, so a failed delete is retried, not leaked.
+		// The seed goes before the VM, so a failed delete is retried, not
+		// leaked. It goes even when a Get removed it after boot: that Get
+		// did not wait for its delete task, which may have failed, and once
+		// the VM is gone only the sweep (after its grace) would find the
+		// seed. Deleting a missing volume succeeds (F13).
 		upid, err := p.api.deleteVolume(ctx, node, p.block.ISOStorage, p.seedVolid(name))
 		if err != nil {
 			return p.seedDeleteError(err, node, name)
 		}
 		return p.inProgress(name, kindSeedDelete, node, vmid, upid, "deleting the seed of VM "+strconv.Itoa(vmid))
 	}
+	return p.destroy(ctx, name, node, vmid)
+}
+
+// destroy destroys our stopped VM with its disks.
+func (p *Provider) destroy(ctx context.Context, name, node string, vmid int) error {
 	upid, err := p.api.destroy(ctx, node, vmid)
 	if isMissingVM(err) {
 		return p.gone(ctx, name, vmid, "no VM has the VMID any more")
@@ -103,10 +142,10 @@ func (p *Provider) inProgress(name, kind, node string, vmid int, upid, step stri
 func (p *Provider) seedDeleteError(err error, node, name string) error {
 	if ae, ok := apiErr(err); ok && ae.Status == 403 {
 		// F13: deleting a volume needs Datastore.Allocate.
-		return provider.NewPermanent(fmt.Errorf("deleting seed %s on %s: %w", seedFile(name), node, err),
+		return provider.NewPermanent(fmt.Errorf("deleting seed %s on %s: %w", p.seedFile(name), node, err),
 			fmt.Sprintf("grant the token Datastore.Allocate on /storage/%s (a storage dedicated to seeds)", p.block.ISOStorage))
 	}
-	return classify(fmt.Sprintf("deleting seed %s on %s", seedFile(name), node), err)
+	return classify(fmt.Sprintf("deleting seed %s on %s", p.seedFile(name), node), err)
 }
 
 // gone finishes the Delete of an instance whose VM is no longer at its VMID.
@@ -137,7 +176,7 @@ func (p *Provider) gone(ctx context.Context, name string, vmid int, why string) 
 		return nil
 	}
 	step := fmt.Sprintf("deleting the seed of %s (%s)", name, why)
-	p.setPending(name, pending{step: step, kind: kindSeedDelete, node: refs[0].node, vmid: vmid, upid: refs[0].upid, more: refs[1:]})
+	p.setPending(name, pending{step: step, kind: kindSeedDelete, node: refs[0].node, vmid: vmid, upid: refs[0].upid, more: refs[1:], vmGone: true})
 	return provider.NewInProgress(step, p.poll())
 }
 
@@ -146,6 +185,8 @@ func (p *Provider) gone(ctx context.Context, name string, vmid int, why string) 
 func (p *Provider) finishDelete(ctx context.Context, name string, vmid int, destroyed bool) {
 	p.clearName(name)
 	p.forget(vmid)
-	p.invalidateListing()
+	p.mu.Lock()
+	delete(p.changed, name)
+	p.mu.Unlock()
 	logr.FromContextOrDiscard(ctx).Info("proxmox vm deleted", "vmid", vmid, "name", name, "destroyed", destroyed)
 }

@@ -12,8 +12,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Texts of the API matched whole (F2, F4, F5).
+// Texts of the API matched whole (F2, F4, F5, F7).
 var (
+	reLocked    = regexp.MustCompile(`^VM is locked \([a-z-]+\)$`)
 	reMissingVM = regexp.MustCompile(`^Configuration file 'nodes/[^/]+/qemu-server/\d+\.conf' does not exist$`)
 	reVMIDTaken = regexp.MustCompile(`^unable to create VM \d+: config file already exists$`)
 	reNotRunVM  = regexp.MustCompile(`^VM \d+ is not running$`)

@@ -15,13 +15,16 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// FuzzMarkRoundTrip: whatever the owner's names hold, the mark written into
-// a VM's description reads back as written, and no value can smuggle in a
-// line of its own (an owner "x\negress-proxies-operator/owner-uid: y" would
-// otherwise hand the VM to another Proxy).
+// FuzzMarkRoundTrip: whatever the owner's names hold, the signed mark
+// written into a VM's description reads back as written and verifies for
+// that VM; no value can smuggle in a line of its own (an owner
+// "x\negress-proxies-operator/owner-uid: y" would otherwise hand the VM to
+// another Proxy); and the mark with any one value changed, or read from
+// another VMID or entry, does not verify.
 func FuzzMarkRoundTrip(f *testing.F) {
 	f.Add("0b6a4d2e-1111-2222-3333-444455556666", "ns-web-0b6a4d2e", "ns/web", int64(1735689600))
 	f.Add("uid", "name", "x\n"+markOwnerUID+"evil", int64(0))
@@ -30,34 +33,79 @@ func FuzzMarkRoundTrip(f *testing.F) {
 		if unix < -62135596800 || unix > 253402300799 {
 			t.Skip() // RFC 3339 has four-digit years
 		}
-		in := mark{OwnerUID: uid, Name: name, Owner: owner, CreatedAt: time.Unix(unix, 0).UTC()}
-		got, ok := parseMark(in.description())
-		want := mark{OwnerUID: markValue(uid), Name: markValue(name), Owner: markValue(owner), CreatedAt: in.CreatedAt}
+		const vmid = 100123
+		in := newMark(testIdentity, "lab", vmid, uid, name, owner, time.Unix(unix, 0))
+		got, ok := parseMark(description(in))
+		want := mark{Installation: testIdentity.Installation(), OwnerUID: markValue(uid), Name: markValue(name), Owner: markValue(owner),
+			CreatedAt: in.CreatedAt, Signature: in.Signature}
 		if wantOK := want.OwnerUID != "" && want.Name != ""; ok != wantOK {
 			t.Fatalf("ok = %v, want %v for %+v", ok, wantOK, want)
 		}
-		if got.OwnerUID != want.OwnerUID || got.Name != want.Name || got.Owner != want.Owner || !got.CreatedAt.Equal(want.CreatedAt) {
+		if got.Installation != want.Installation || got.OwnerUID != want.OwnerUID || got.Name != want.Name ||
+			got.Owner != want.Owner || !got.CreatedAt.Equal(want.CreatedAt) || got.Signature != want.Signature {
 			t.Fatalf("read back %+v, wrote %+v", got, want)
+		}
+		if err := testIdentity.VerifyStamp(got, "lab", vmidPlace(vmid)); err != nil {
+			t.Fatalf("the mark read back does not verify: %v", err)
+		}
+		for what, m := range map[string]ownership.Mark{
+			"another VMID":         got.Mark("lab", vmidPlace(vmid+1)),
+			"another entry":        got.Mark("lab2", vmidPlace(vmid)),
+			"another owner UID":    with(got, func(m *mark) { m.OwnerUID += "x" }).Mark("lab", vmidPlace(vmid)),
+			"another name":         with(got, func(m *mark) { m.Name += "x" }).Mark("lab", vmidPlace(vmid)),
+			"another owner":        with(got, func(m *mark) { m.Owner += "x" }).Mark("lab", vmidPlace(vmid)),
+			"another time":         with(got, func(m *mark) { m.CreatedAt = m.CreatedAt.Add(time.Second) }).Mark("lab", vmidPlace(vmid)),
+			"another installation": with(got, func(m *mark) { m.Installation += "x" }).Mark("lab", vmidPlace(vmid)),
+		} {
+			if testIdentity.Verify(m, got.Signature) == nil {
+				t.Fatalf("the mark with %s verifies", what)
+			}
 		}
 	})
 }
 
+// with returns a copy of m changed by change.
+func with(m mark, change func(*mark)) mark {
+	change(&m)
+	return m
+}
+
+// fuzzSigned is the signed mark the FuzzParseMark corpus starts from, of
+// VM fuzzVMID of entry "lab".
+const fuzzVMID = 100123
+
+func fuzzSigned() mark {
+	return newMark(testIdentity, "lab", fuzzVMID, "u", "n", "ns/p", time.Unix(1735689600, 0))
+}
+
 // FuzzParseMark: any description (a hypervisor user may write anything)
-// parses without panicking, and a mark found in it survives being written
-// again.
+// parses without panicking, a mark found in it survives being written
+// again, and only a description that carries exactly the values of a mark
+// the operator signed verifies: a mutated mark never does.
 func FuzzParseMark(f *testing.F) {
-	f.Add(mark{OwnerUID: "u", Name: "n", Owner: "ns/p", CreatedAt: time.Unix(1735689600, 0)}.description())
+	f.Add(description(mark{OwnerUID: "u", Name: "n", Owner: "ns/p", CreatedAt: time.Unix(1735689600, 0)}))
 	f.Add("free text\n" + markOwnerUID + "a\n" + markName + "b\n" + markCreatedAt + "2025-01-01T00:00:00.5+01:00\n")
 	f.Add("")
+	f.Add(description(fuzzSigned()))
+	f.Add("notes by an admin\n" + description(fuzzSigned()))
+	signed := fuzzSigned()
 	f.Fuzz(func(t *testing.T, desc string) {
 		m, ok := parseMark(desc)
 		if !ok {
 			return
 		}
-		again, ok := parseMark(m.description())
+		again, ok := parseMark(description(m))
 		if !ok || again.OwnerUID != m.OwnerUID || again.Name != m.Name || again.Owner != m.Owner ||
+			again.Installation != m.Installation || again.Signature != m.Signature ||
 			!again.CreatedAt.Equal(m.CreatedAt.Truncate(time.Second)) {
 			t.Fatalf("mark %+v read back as %+v (ok %v)", m, again, ok)
+		}
+		if testIdentity.VerifyStamp(m, "lab", vmidPlace(fuzzVMID)) != nil {
+			return
+		}
+		if m.Installation != signed.Installation || m.OwnerUID != signed.OwnerUID || m.Name != signed.Name ||
+			m.Owner != signed.Owner || !m.CreatedAt.Equal(signed.CreatedAt) {
+			t.Fatalf("a mark with other values than the signed one verifies: %+v", m)
 		}
 	})
 }

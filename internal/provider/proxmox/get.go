@@ -3,6 +3,9 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 
@@ -24,21 +27,24 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	list, err := p.cachedListing(ctx)
+	list, at, err := p.cachedListing(ctx)
 	if err != nil {
 		return provider.Instance{}, classify("listing vms", err)
 	}
 	r, ok := find(list, vmid)
-	if !ok {
+	if last := p.listedAt(vmid); !ok && (last.IsZero() || !at.After(last)) {
 		// The cached listing may predate the VM: confirm before NotFound.
-		if list, err = p.listing(ctx, p.now()); err != nil {
+		// (A listing newer than one that showed the VM does not: it is gone.)
+		if list, at, err = p.listing(ctx, p.now()); err != nil {
 			return provider.Instance{}, classify("listing vms", err)
 		}
-		if r, ok = find(list, vmid); !ok {
-			p.forget(vmid)
-			return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not exist", vmid))
-		}
+		r, ok = find(list, vmid)
 	}
+	if !ok {
+		p.forget(vmid)
+		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not exist", vmid))
+	}
+	p.noteListed(vmid, at)
 	if r.Type != "qemu" {
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VMID %d is a %s, not a VM of this operator", vmid, r.Type))
 	}
@@ -50,7 +56,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	m, mok, err := p.markOf(ctx, r)
 	if isMissingVM(err) {
 		// F2 after a listing that showed it: gone since, or a stale listing.
-		if list, lerr := p.listing(ctx, p.now()); lerr == nil {
+		if list, _, lerr := p.listing(ctx, p.now()); lerr == nil {
 			if _, still := find(list, vmid); !still {
 				p.forget(vmid)
 				return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not exist", vmid))
@@ -75,9 +81,20 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		inst.State = provider.StateStopped
 		return inst, nil
 	}
-	st, err := p.runState(ctx, r)
+	since := p.changedAt(name)
+	if at.Before(since) && r.Status != "running" {
+		// This process started the VM after the listing was read (Create
+		// returns once the start task ended): not stopped, starting.
+		inst.State = provider.StateProvisioning
+		return inst, nil
+	}
+	st, known, err := p.runState(ctx, r, at, since)
 	if err != nil {
 		return provider.Instance{}, transientUnlessPermanent(classify(fmt.Sprintf("reading the status of VM %d", vmid), err))
+	}
+	if !known {
+		inst.State = provider.StateProvisioning
+		return inst, nil
 	}
 	switch {
 	case st.Status == "stopped" || st.QMPStatus == "stopped" || st.QMPStatus == "paused":
@@ -94,10 +111,17 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	a, cached := p.addrs[vmid]
 	p.mu.Unlock()
 	if cached && st.Uptime >= a.uptime {
+		p.consumeSeed(ctx, r, name)
 		inst.State, inst.Address = provider.StateRunning, a.addr
 		return inst, nil
 	}
 	p.dropAddr(vmid)
+	if p.block.GuestAgent() && st.Uptime < agentInstallSeconds {
+		// The agent is a package cloud-init installs in its last stage
+		// (F21, F26: about 47 s after the start); asking earlier is wasted.
+		inst.State = provider.StateProvisioning
+		return inst, nil
+	}
 	ifaces, err := p.api.agentInterfaces(ctx, r.Node, vmid)
 	if err != nil {
 		ae, isAPI := apiErr(err)
@@ -123,11 +147,45 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	p.mu.Lock()
 	p.addrs[vmid] = addrEntry{addr: addr, uptime: st.Uptime}
 	p.mu.Unlock()
+	// The guest is up: cloud-init read the seed long ago.
+	p.consumeSeed(ctx, r, name)
 	inst.State, inst.Address = provider.StateRunning, addr
 	return inst, nil
 }
 
-// runState is the run state of a listed VM. For a VM the cluster-wide
+// agentInstallSeconds is the uptime before which the agent is not asked
+// for an address when the seed installs it (installGuestAgent): F26 saw it
+// answer 47 to 50 s after the start.
+const agentInstallSeconds = 40
+
+// listedAt is when the newest listing that showed the VM was read.
+func (p *Provider) listedAt(vmid int) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.listed[vmid]
+}
+
+// noteListed records that a listing read at at showed the VM.
+func (p *Provider) noteListed(vmid int, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at.After(p.listed[vmid]) {
+		p.listed[vmid] = at
+	}
+}
+
+// changedAt is when this process last changed the instance name or saw a
+// task of it end.
+func (p *Provider) changedAt(name string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed[name]
+}
+
+// runState is the run state of a listed VM; known is false when the node
+// listing that would answer is older than since (a start by this process
+// it cannot show yet). listed is when the cluster listing that showed r was
+// read: a node listing newer than that which shows the VM stopped answers. For a VM the cluster-wide
 // listing shows running, it is the VM's entry in its node's listing (which,
 // with full=1, carries qmpstatus): read at most once per poll interval for
 // all VMs of the node, and at least as new as the previous Get of this VM,
@@ -135,7 +193,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 // instead when the VM is not listed running with a qmpstatus there (the
 // node listing predates a start or a migration), when the node listing
 // fails, and for a VM the cluster-wide listing does not show running.
-func (p *Provider) runState(ctx context.Context, r Resource) (VMStatus, error) {
+func (p *Provider) runState(ctx context.Context, r Resource, listed, since time.Time) (VMStatus, bool, error) {
 	if r.Status == "running" {
 		notBefore := p.now().Add(-p.poll())
 		p.mu.Lock()
@@ -143,24 +201,33 @@ func (p *Provider) runState(ctx context.Context, r Resource) (VMStatus, error) {
 			notBefore = t
 		}
 		p.mu.Unlock()
-		list, err := p.nodeListing(ctx, r.Node, notBefore)
+		list, at, err := p.nodeListing(ctx, r.Node, notBefore)
 		switch {
+		case err == nil && at.Before(since):
+			return VMStatus{}, false, nil
 		case err == nil:
 			for _, v := range list {
-				if v.VMID == r.VMID && v.Status == "running" && v.QMPStatus != "" {
+				switch {
+				case v.VMID != r.VMID:
+				case v.Status == "running" && v.QMPStatus != "":
 					p.mu.Lock()
 					p.seen[r.VMID] = p.now()
 					p.mu.Unlock()
-					return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: v.Uptime, Lock: v.Lock}, nil
+					return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: v.Uptime, Lock: v.Lock}, true, nil
+				case v.Status == "stopped" && !at.Before(listed):
+					// Stopped since the cluster listing was read (a Delete
+					// stopping it): the newer node listing says so.
+					return VMStatus{Status: v.Status, QMPStatus: v.Status}, true, nil
 				}
 			}
 		case ctx.Err() != nil:
-			return VMStatus{}, err
+			return VMStatus{}, false, err
 		default:
 			logr.FromContextOrDiscard(ctx).V(1).Info("the node listing failed; reading the status of the VM instead", "node", r.Node, "vmid", r.VMID, "error", err.Error())
 		}
 	}
-	return p.api.status(ctx, r.Node, r.VMID)
+	st, err := p.api.status(ctx, r.Node, r.VMID)
+	return st, err == nil, err
 }
 
 func (p *Provider) dropAddr(vmid int) {
@@ -178,18 +245,35 @@ func transientUnlessPermanent(err error) error {
 	return err
 }
 
-// ListByTag implements provider.Provider: the tagged QEMU entries of the
-// listing (F9), each confirmed by its mark. A VM whose config cannot be read
-// is skipped and logged.
+// ListByTag implements provider.Provider: every VM of ours, in any state,
+// each confirmed by its mark. That is the tagged QEMU entries of the listing
+// (F9), and also the named but untagged ones: a VM
+// whose Create stopped between the clone and the config write (the tag
+// comes with the config) carries the mark but not the tag, and the
+// finalizer and garbage collection must find it. VMs this process is still
+// cloning, listed without a name (F8), come from its own record. A VM whose
+// config cannot be read is skipped and logged. Only VMs inside the entry's
+// VMID range and on its nodes are considered, and only a mark of this
+// installation whose signature verifies for the VM confirms one.
 func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
-	list, err := p.cachedListing(ctx)
+	list, _, err := p.cachedListing(ctx)
 	if err != nil {
 		return nil, classify("listing vms", err)
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	var out []provider.Instance
+	listed := map[string]bool{}
+	nodes := p.block.Nodes()
 	for _, r := range list {
-		if r.Type != "qemu" || r.Template == 1 || !hasTag(r.Tags) {
+		if r.Type != "qemu" || r.Template == 1 {
+			continue
+		}
+		if !hasTag(r.Tags) && (r.Name == "" || r.VMID < p.lo || r.VMID > p.hi) {
+			continue
+		}
+		if r.VMID < p.lo || r.VMID > p.hi || !slices.Contains(nodes, r.Node) {
+			// Outside the entry's VMIDs and nodes: not the entry's, whatever
+			// its mark says (another entry's or installation's range).
 			continue
 		}
 		m, ok, err := p.markOf(ctx, r)
@@ -197,12 +281,13 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 			if ctx.Err() != nil {
 				return nil, classify("listing vms", ctx.Err())
 			}
-			log.Info("skipping a tagged VM whose config cannot be read", "vmid", r.VMID, "node", r.Node, "error", err.Error())
+			log.Info("skipping a candidate VM whose config cannot be read", "vmid", r.VMID, "node", r.Node, "error", err.Error())
 			continue
 		}
 		if !ok {
 			continue
 		}
+		listed[m.Name] = true
 		inst := provider.Instance{ID: ID(r.Node, r.VMID, m.Name), Name: m.Name, OwnerUID: m.OwnerUID, Node: r.Node, CreatedAt: m.CreatedAt}
 		switch {
 		case r.Status == "running" && r.Lock == "":
@@ -219,5 +304,14 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		}
 		out = append(out, inst)
 	}
+	p.mu.Lock()
+	for name, c := range p.creating {
+		if !listed[name] {
+			out = append(out, provider.Instance{ID: ID(c.node, c.vmid, name), Name: name, OwnerUID: c.ownerUID,
+				Node: c.node, CreatedAt: c.createdAt, State: provider.StateProvisioning})
+		}
+	}
+	p.mu.Unlock()
+	slices.SortFunc(out, func(a, b provider.Instance) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
@@ -78,6 +79,10 @@ tokens:
           VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
           Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
 `
+
+// testIdentity is the installation every provider of these tests belongs
+// to, so that a restarted provider owns what an earlier one made.
+var testIdentity = ownershiptest.Identity("proxmox-tests")
 
 type harness struct {
 	t      *testing.T
@@ -147,7 +152,7 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 // instance is what an operator restart looks like.
 func (h *harness) provider() *Provider {
 	h.t.Helper()
-	p, err := New(Options{Entry: h.entry})
+	p, err := New(Options{Ownership: testIdentity, Entry: h.entry})
 	if err != nil {
 		h.t.Fatal(err)
 	}

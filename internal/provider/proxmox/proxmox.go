@@ -16,6 +16,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -28,10 +29,15 @@ type Options struct {
 	Log logr.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Ownership is the installation's identity, which signs the mark of
+	// every VM the provider clones; only VMs whose mark it verifies are
+	// the provider's. Required.
+	Ownership *ownership.Identity
 }
 
 // Provider runs proxies as Proxmox VE VMs.
 type Provider struct {
+	ident  *ownership.Identity
 	entry  *config.Entry
 	block  *Block
 	api    *client
@@ -45,6 +51,9 @@ type Provider struct {
 	listMu  sync.Mutex
 	vms     sharedRead[[]Resource]
 	nodeVMs map[string]*sharedRead[[]NodeVM]
+	// nodeTasks are, by node, the task lists that tell the tasks of every
+	// Create and Delete in flight on the node how they are doing.
+	nodeTasks map[string]*sharedRead[[]TaskEntry]
 
 	mu    sync.Mutex
 	marks map[int]markEntry    // by VMID: the mark read from the config
@@ -53,6 +62,40 @@ type Provider struct {
 	tasks map[string]pending   // by name: the task a Create or Delete waits for
 	done  map[string]bool      // by name/step: steps finished in this process
 	waits map[string]time.Time // by name/what: since when something is waited for
+
+	// creating holds, by name, the VMs this process cloned and whose Create
+	// has not returned their ID yet. Until the clone ends such a VM is
+	// listed without a name (F8) and, until the config write, without the
+	// tag: ListByTag reports them from here, so that a Proxy deleted in
+	// the middle of its create still finds its VM.
+	creating map[string]creatingVM
+	// seeds is, by VMID, what is known of the VM's seed.
+	seeds map[int]seedState
+	// changed is, by name, when this process last changed the instance or
+	// saw a task of it end: a listing older than that does not show it.
+	changed map[string]time.Time
+	// started is when the provider was built: a listing from before may
+	// not show what an earlier process did.
+	started time.Time
+	// listed is, by VMID, when the newest listing that showed it was read.
+	listed map[int]time.Time
+	// templates caches template configs for a poll interval, by VMID.
+	templates map[int]templateConfig
+}
+
+// creatingVM is a VM this process cloned for a Create still in progress.
+type creatingVM struct {
+	node      string // where the VM is (the clone's target)
+	vmid      int
+	ownerUID  string
+	createdAt time.Time // as written in its mark
+	mark      mark      // the mark the clone wrote
+}
+
+// templateConfig is a template's config and when it was read.
+type templateConfig struct {
+	cfg map[string]any
+	at  time.Time
 }
 
 type markEntry struct {
@@ -75,6 +118,13 @@ type pending struct {
 	// more are further tasks of the same step (a seed delete on every
 	// node); the step is done when all of them are.
 	more []taskRef
+	// vmGone: a seed delete of a Delete that found the VM gone, which is
+	// done once these tasks are.
+	vmGone bool
+	// at is when the task was recorded, after its call returned; seen is
+	// when the read that last showed it running started: the next look
+	// needs a newer one.
+	at, seen time.Time
 }
 
 // taskRef is a task on a node.
@@ -96,6 +146,9 @@ func New(o Options) (*Provider, error) {
 	if !ok || b == nil {
 		return nil, fmt.Errorf("proxmox provider %q: block is %T, want *Block", o.Entry.Name, o.Entry.Block)
 	}
+	if o.Ownership == nil {
+		return nil, fmt.Errorf("proxmox provider %q: no ownership identity to sign and verify marks with", o.Entry.Name)
+	}
 	if b.InsecureSkipTLSVerify {
 		o.Log.Info("TLS verification of the Proxmox API is disabled (insecureSkipTLSVerify); give caFile instead", "provider", o.Entry.Name)
 	}
@@ -105,12 +158,16 @@ func New(o Options) (*Provider, error) {
 	}
 	lo, hi := b.VMIDs()
 	p := &Provider{
-		entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
+		ident: o.Ownership, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
 		nodeVMs: map[string]*sharedRead[[]NodeVM]{},
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{}, seen: map[int]time.Time{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
+		nodeTasks: map[string]*sharedRead[[]TaskEntry]{},
+		creating:  map[string]creatingVM{}, seeds: map[int]seedState{},
+		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
+	p.started = p.now()
 	p.vms.read = p.api.resources
 	return p, nil
 }
@@ -139,18 +196,44 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 	return node, vmid, name, nil
 }
 
-// listing returns /cluster/resources?type=vm read at or after notBefore. One
-// read is shared by every caller that wants it (Get, ListByTag, Check and
-// Create), so that Get costs at most one call per poll interval for all
-// instances of the entry.
-func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, error) {
+// listing returns /cluster/resources?type=vm read at or after notBefore,
+// and when that read started. One read is shared by every caller that wants
+// it (Get, ListByTag, Check, Create and Delete), so that Get costs at most
+// one call per poll interval for all instances of the entry, and so do the
+// creates and deletes in flight.
+func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, time.Time, error) {
 	return p.vms.get(ctx, p, notBefore)
+}
+
+// freshness is how new a listing Create and Delete of name need: started
+// after anything this process did or saw for the name, after the process
+// started (an earlier process may have acted just before), and at most a
+// poll interval ago. Any listing that new serves, so that the creates and
+// deletes in flight share their listings.
+func (p *Provider) freshness(name string) time.Time {
+	t := p.now().Add(-p.poll())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, u := range []time.Time{p.started, p.changed[name]} {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
+}
+
+// markDone records that a step of name is done in this process.
+func (p *Provider) markDone(name, kind string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done[name+"/"+kind] = true
+	p.changed[name] = p.now()
 }
 
 // nodeListing returns /nodes/{node}/qemu?full=1 read at or after notBefore,
 // shared like the cluster-wide listing: with full=1 each running VM carries
 // its qmpstatus, which the cluster-wide listing lacks (F14).
-func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, error) {
+func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, time.Time, error) {
 	p.listMu.Lock()
 	s, ok := p.nodeVMs[node]
 	if !ok {
@@ -161,18 +244,8 @@ func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.
 	return s.get(ctx, p, notBefore)
 }
 
-// invalidateListing drops the cached listings after a change this process made.
-func (p *Provider) invalidateListing() {
-	p.listMu.Lock()
-	defer p.listMu.Unlock()
-	p.vms.drop()
-	for _, s := range p.nodeVMs {
-		s.drop()
-	}
-}
-
 // cachedListing is the listing at most one poll interval old.
-func (p *Provider) cachedListing(ctx context.Context) ([]Resource, error) {
+func (p *Provider) cachedListing(ctx context.Context) ([]Resource, time.Time, error) {
 	return p.listing(ctx, p.now().Add(-p.block.PollInterval()))
 }
 
@@ -186,7 +259,8 @@ func find(list []Resource, vmid int) (Resource, bool) {
 }
 
 // markOf returns the mark of a listed QEMU VM, read from its config once per
-// VMID and name.
+// VMID and name; ok is true only for a mark of this installation whose
+// signature verifies for this VM (its VMID and name) and entry.
 func (p *Provider) markOf(ctx context.Context, r Resource) (mark, bool, error) {
 	p.mu.Lock()
 	e, ok := p.marks[r.VMID]
@@ -200,8 +274,18 @@ func (p *Provider) markOf(ctx context.Context, r Resource) (mark, bool, error) {
 	}
 	m, mok := parseMark(cfgStr(cfg, "description"))
 	name := cfgStr(cfg, "name")
+	p.noteSeedConfig(r.VMID, name, cfg)
 	if mok && m.Name != name {
 		mok = false // a mark copied onto another VM is not this VM's mark
+	}
+	if mok {
+		if err := p.ident.VerifyStamp(m, p.entry.Name, vmidPlace(r.VMID)); err != nil {
+			// Unsigned, forged, copied from another VM, or another
+			// installation's: foreign, never touched.
+			logr.FromContextOrDiscard(ctx).V(1).Info("a VM's mark is not this installation's; leaving it alone",
+				"vmid", r.VMID, "node", r.Node, "reason", err.Error())
+			mok = false
+		}
 	}
 	if name != "" && cfgStr(cfg, "lock") == "" {
 		p.mu.Lock()
@@ -217,6 +301,8 @@ func (p *Provider) forget(vmid int) {
 	delete(p.marks, vmid)
 	delete(p.addrs, vmid)
 	delete(p.seen, vmid)
+	delete(p.seeds, vmid)
+	delete(p.listed, vmid)
 }
 
 // cfgStr reads a config value as a string (numbers decode as float64).
@@ -267,6 +353,7 @@ func (p *Provider) clearName(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.tasks, name)
+	delete(p.creating, name)
 	for k := range p.done {
 		if strings.HasPrefix(k, name+"/") {
 			delete(p.done, k)
@@ -285,12 +372,86 @@ func (p *Provider) isDone(name, kind string) bool {
 	return p.done[name+"/"+kind]
 }
 
+// setPending records the task a step of name started. The shared listings
+// are not dropped: the next step of name asks for a listing newer than the
+// task's end (changed), and everyone else's listings stay shared.
 func (p *Provider) setPending(name string, t pending) {
 	p.mu.Lock()
+	t.at = p.now()
 	p.tasks[name] = t
+	p.changed[name] = t.at
 	p.mu.Unlock()
-	// The task changes what the listing shows.
-	p.invalidateListing()
+}
+
+// taskSkew is how far a node's clock may be behind ours: the task list is
+// read from the oldest task in flight less this.
+const taskSkew = time.Minute
+
+// taskState is the state of a task this process started at or before at:
+// from its node's task list, read at most once per poll interval and
+// shared by the tasks of all the instances in flight on the node, after at;
+// or, when the list does not have it (longer than the list, a clock
+// further off than taskSkew) or cannot be read, from the task's own status.
+func (p *Provider) taskState(ctx context.Context, ref taskRef, at time.Time) (TaskStatus, time.Time, error) {
+	p.listMu.Lock()
+	s, ok := p.nodeTasks[ref.node]
+	if !ok {
+		node := ref.node
+		s = &sharedRead[[]TaskEntry]{read: func(ctx context.Context) ([]TaskEntry, error) {
+			return p.api.tasks(ctx, node, p.oldestTask(node).Add(-taskSkew).Unix())
+		}}
+		p.nodeTasks[ref.node] = s
+	}
+	p.listMu.Unlock()
+	notBefore := p.now().Add(-p.poll())
+	if at.After(notBefore) {
+		notBefore = at
+	}
+	list, listed, err := s.get(ctx, p, notBefore)
+	if err == nil {
+		for _, e := range list {
+			if e.UPID == ref.upid {
+				if e.Status == "" {
+					return TaskStatus{Status: "running"}, listed, nil
+				}
+				return TaskStatus{Status: "stopped", ExitStatus: e.Status}, listed, nil
+			}
+		}
+	} else if ctx.Err() != nil {
+		return TaskStatus{}, time.Time{}, err
+	}
+	read := p.now()
+	st, err := p.api.taskStatus(ctx, ref.node, ref.upid)
+	return st, read, err
+}
+
+// untilNextListing is how long a step whose task was still running in a
+// task list read at read waits before it looks again: until that list may
+// be read anew (one poll interval after read, and a little more so that
+// the list is then stale), not a whole interval from now. A list read just
+// now gives the whole interval, as before; one read seconds ago for
+// another instance's step gives the rest of it, so that a task that ended
+// meanwhile is seen at the next list rather than the one after (at 1000
+// creates in flight, that was two extra rounds per create).
+func (p *Provider) untilNextListing(read time.Time) time.Duration {
+	d := read.Add(p.poll() + p.poll()/20).Sub(p.now())
+	return min(max(d, p.poll()/10), p.poll())
+}
+
+// oldestTask is when the oldest task in flight on node was recorded (now
+// when there is none).
+func (p *Provider) oldestTask(node string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	oldest := p.now()
+	for _, t := range p.tasks {
+		for _, ref := range append([]taskRef{{node: t.node}}, t.more...) {
+			if ref.node == node && t.at.Before(oldest) {
+				oldest = t.at
+			}
+		}
+	}
+	return oldest
 }
 
 // checkPending looks at the task recorded for name. It returns nil when
@@ -304,7 +465,11 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 		return nil
 	}
 	for _, ref := range append([]taskRef{{node: t.node, upid: t.upid}}, t.more...) {
-		st, err := p.api.taskStatus(ctx, ref.node, ref.upid)
+		after := t.at
+		if t.seen.After(after) {
+			after = t.seen.Add(time.Nanosecond)
+		}
+		st, read, err := p.taskState(ctx, ref, after)
 		if err != nil {
 			var ae *APIError
 			if errors.As(err, &ae) && ae.Status < 595 {
@@ -318,7 +483,13 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 			return classify("reading the status of the "+t.kind+" task", err)
 		}
 		if !st.Done() {
-			return provider.NewInProgress(t.step, p.poll())
+			p.mu.Lock()
+			if cur, ok := p.tasks[name]; ok && cur.upid == t.upid {
+				cur.seen = read
+				p.tasks[name] = cur
+			}
+			p.mu.Unlock()
+			return provider.NewInProgress(t.step, p.untilNextListing(read))
 		}
 		if !st.OK() {
 			p.mu.Lock()
@@ -331,6 +502,7 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 	p.mu.Lock()
 	delete(p.tasks, name)
 	p.done[name+"/"+t.kind] = true
+	p.changed[name] = p.now()
 	p.mu.Unlock()
 	return nil
 }

@@ -70,7 +70,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("vmid %d outside the default range", vmid)
 	}
 	cfg, _ := h.sim.VMConfig(vmid)
-	if cfg["ide2"] != "seeds:iso/proxy-lifecycle00000001-seed.iso,media=cdrom" {
+	if cfg["ide2"] != "seeds:iso/"+h.seedFile(req.Name)+",media=cdrom" || !strings.HasPrefix(cfg["ide2"], "seeds:iso/proxy-lifecycle00000001-") {
 		t.Errorf("ide2 = %q", cfg["ide2"])
 	}
 	if cfg["tags"] != Tag || cfg["agent"] != "1" || cfg["cores"] != "2" || cfg["memory"] != "512" {
@@ -104,7 +104,7 @@ func TestLifecycle(t *testing.T) {
 	if len(h.vmsNamed(req.Name)) != 0 {
 		t.Errorf("VM left: %+v", h.vmsNamed(req.Name))
 	}
-	if _, ok := h.sim.VolumePath("pve1", "seeds:iso/"+seedFile(req.Name)); ok {
+	if _, ok := h.sim.VolumePath("pve1", "seeds:iso/"+h.seedFile(req.Name)); ok {
 		t.Error("seed left on pve1")
 	}
 	root.End()
@@ -376,7 +376,7 @@ func TestAPIEconomy(t *testing.T) {
 	// The provider's clock runs ahead of the wall clock by skew, so that a
 	// resync round can move past the listing's cache without sleeping.
 	var skew atomic.Int64
-	p, err := New(Options{Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestGetSharesTheNodeListing(t *testing.T) {
 	const proxies = 3
 	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(time.Hour) })
 	var offset atomic.Int64 // what the test adds to the real clock
-	p, err := New(Options{Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -662,7 +662,7 @@ func TestCheckReasons(t *testing.T) {
 			}
 			e := *h.entry
 			e.Block = &b
-			p, err := New(Options{Entry: &e})
+			p, err := New(Options{Ownership: testIdentity, Entry: &e})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -737,7 +737,7 @@ func TestCAFileLoadedLazily(t *testing.T) {
 	b.CAFile = filepath.Join(t.TempDir(), "later.pem")
 	e := *h.entry
 	e.Block = &b
-	p, err := New(Options{Entry: &e})
+	p, err := New(Options{Ownership: testIdentity, Entry: &e})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -758,7 +758,7 @@ func TestCAFileLoadedLazily(t *testing.T) {
 	}
 	e2 := *h.entry
 	e2.Block = &b2
-	p2, err := New(Options{Entry: &e2})
+	p2, err := New(Options{Ownership: testIdentity, Entry: &e2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -827,7 +827,7 @@ func TestHelpers(t *testing.T) {
 		t.Errorf("rewriteNet0 = %s", got)
 	}
 	m := mark{OwnerUID: "u", Name: "n", Owner: "ns/p", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-	if got, ok := parseMark("notes by an admin\n" + m.description()); !ok || got != m {
+	if got, ok := parseMark("notes by an admin\n" + description(m)); !ok || got != m {
 		t.Errorf("parseMark = %+v %v", got, ok)
 	}
 	if _, ok := parseMark("someone else's VM"); ok {

@@ -33,6 +33,18 @@ type Runner struct {
 
 	mu      sync.Mutex
 	running map[int]*guest
+	// cache holds, by VMID, the settings a guest read from its seed at its
+	// first boot, as cloud-init caches what it read per instance: the
+	// provider removes the seed once the guest is up, and a guest that
+	// boots again later runs from the cache.
+	cache map[int]cachedSettings
+}
+
+// cachedSettings are a guest's settings and the instance they belong to
+// (the VM name, which the seed's meta-data gives as instance-id).
+type cachedSettings struct {
+	instance string
+	settings cloudinitparse.Settings
 }
 
 var _ pvesim.GuestRunner = (*Runner)(nil)
@@ -48,13 +60,13 @@ type guest struct {
 // user-data configures no proxy is an error, which is what a wrong rendering
 // looks like from outside.
 func (r *Runner) Start(g pvesim.Guest) error {
-	if g.SeedPath == "" {
-		r.Log.V(1).Info("guest has no seed; nothing to run", "vmid", g.VMID)
-		return nil
-	}
-	settings, err := readSettings(g.SeedPath)
+	settings, ok, err := r.settingsOf(g)
 	if err != nil {
 		return fmt.Errorf("guest %d: %w", g.VMID, err)
+	}
+	if !ok {
+		r.Log.V(1).Info("guest has no seed; nothing to run", "vmid", g.VMID)
+		return nil
 	}
 	proxy, err := forwardproxy.New(forwardproxy.Config{
 		Username: settings.Username, Password: settings.Password,
@@ -138,6 +150,32 @@ func (r *Runner) Addresses() map[int]string {
 		out[id] = gs.addr
 	}
 	return out
+}
+
+// settingsOf returns the settings a guest boots with: those of its seed,
+// read and cached on a boot with a seed, else those cached at an earlier
+// boot of the same instance; ok is false when there are none.
+func (r *Runner) settingsOf(g pvesim.Guest) (cloudinitparse.Settings, bool, error) {
+	if g.SeedPath == "" {
+		r.mu.Lock()
+		c, ok := r.cache[g.VMID]
+		r.mu.Unlock()
+		if !ok || c.instance != g.Name {
+			return cloudinitparse.Settings{}, false, nil
+		}
+		return c.settings, true, nil
+	}
+	settings, err := readSettings(g.SeedPath)
+	if err != nil {
+		return cloudinitparse.Settings{}, false, err
+	}
+	r.mu.Lock()
+	if r.cache == nil {
+		r.cache = map[int]cachedSettings{}
+	}
+	r.cache[g.VMID] = cachedSettings{instance: g.Name, settings: settings}
+	r.mu.Unlock()
+	return settings, true, nil
 }
 
 // readSettings reads the seed ISO and the tinyproxy settings of its

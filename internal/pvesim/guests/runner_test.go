@@ -189,3 +189,38 @@ func TestGuestRefusesSeedsCloudInitWouldNotUse(t *testing.T) {
 		t.Errorf("guests running after refused starts: %v", r.Addresses())
 	}
 }
+
+// TestGuestBootsAgainFromItsCache: the provider removes the seed once the
+// guest is up (#12 item 6), so a guest that boots again runs from what it
+// read at its first boot, as cloud-init's instance cache does; a new
+// instance on the same VMID (another name) does not get it.
+func TestGuestBootsAgainFromItsCache(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer origin.Close()
+	r := &guests.Runner{}
+	defer r.Close()
+	addr := netip.MustParseAddr("127.42.7.11")
+	seed := writeSeed(t, cloudinit.Proxy{Port: 31284, Username: "u1", Password: "pw"}, nocloud.Label)
+	first := pvesim.Guest{VMID: 11, Name: "proxy-test", Address: addr, SeedPath: seed}
+	if err := r.Start(first); err != nil {
+		t.Fatal(err)
+	}
+	r.Stop(first)
+	again := first
+	again.SeedPath = ""
+	if err := r.Start(again); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := through(t, "127.42.7.11:31284", "u1", "pw", origin.URL); code != http.StatusOK {
+		t.Errorf("the same instance booted again without its seed: %d %s, want 200", code, body)
+	}
+	r.Stop(again)
+	other := again
+	other.Name = "proxy-other"
+	if err := r.Start(other); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Addresses(); len(got) != 0 {
+		t.Errorf("another instance on the VMID, without a seed, runs %v; want nothing", got)
+	}
+}

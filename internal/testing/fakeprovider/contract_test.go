@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
@@ -15,6 +17,16 @@ import (
 // it behaving as a real provider does.
 func TestContract(t *testing.T) {
 	providertest.Run(t, func(*testing.T) providertest.Harness { return &harness{f: fakeprovider.New(nil)} })
+}
+
+// With creates and deletes of several steps, as the controllers' tests use
+// them, the fake still keeps the contract.
+func TestContractMultiStepCreate(t *testing.T) {
+	providertest.Run(t, func(*testing.T) providertest.Harness {
+		f := fakeprovider.New(nil)
+		f.CreatesUntilDone, f.DeletesUntilDone = 2, 2
+		return &harness{f: f}
+	})
 }
 
 const password = "fake-sentinel-password"
@@ -56,15 +68,54 @@ func (h *harness) Interrupt(t *testing.T, req provider.Request, n int) bool {
 
 func (h *harness) SetOutage(_ *testing.T, on bool) { h.f.SetUnreachable(on) }
 
-// AddForeign: the fake's mark is one flag, so it has no forged form.
+// AddForeign adds an instance someone else made: unmarked, with a mark of
+// no installation (forged), or with this installation's mark unsigned or
+// signed with another key.
 func (h *harness) AddForeign(_ *testing.T, kind providertest.Foreign, name string) (provider.ID, bool) {
-	if kind != providertest.Unmarked {
-		return "", false
-	}
 	h.foreign++
 	id := provider.ID(fmt.Sprintf("foreign/%d", h.foreign))
-	h.f.AddInstance(provider.Instance{ID: id, Name: name, State: provider.StateRunning}, false)
+	in := provider.Instance{ID: id, Name: name, OwnerUID: "uid-" + string(kind), State: provider.StateRunning, CreatedAt: time.Now()}
+	own := h.f.Identity().Installation()
+	switch kind {
+	case providertest.Unmarked:
+		h.f.AddInstance(provider.Instance{ID: id, Name: name, State: provider.StateRunning}, false)
+	case providertest.Forged:
+		h.f.AddMarkedInstance(in, "", "")
+	case providertest.Unsigned:
+		h.f.AddMarkedInstance(in, own, "")
+	case providertest.BadSignature:
+		forger := fakeprovider.New(nil).ForInstallation(ownershiptest.Identity("forger"))
+		forger.AddInstance(in, true)
+		_, sig, _ := forger.MarkOf(id)
+		h.f.AddMarkedInstance(in, own, sig)
+	default:
+		return "", false
+	}
 	return id, true
+}
+
+// CopyMark copies the mark of from, signature included, to a new instance
+// of the same name (the fake's names need not be unique).
+func (h *harness) CopyMark(t *testing.T, from provider.ID) provider.ID {
+	installation, sig, ok := h.f.MarkOf(from)
+	if !ok {
+		t.Fatalf("no instance %s to copy the mark of", from)
+	}
+	var src provider.Instance
+	for _, in := range h.f.Instances() {
+		if in.ID == from {
+			src = in
+		}
+	}
+	h.foreign++
+	src.ID = provider.ID(fmt.Sprintf("foreign/%d", h.foreign))
+	h.f.AddMarkedInstance(src, installation, sig)
+	return src.ID
+}
+
+// OtherInstallation is a view of the same fake for another installation.
+func (h *harness) OtherInstallation(*testing.T) provider.Provider {
+	return h.f.ForInstallation(ownershiptest.Identity("other-installation"))
 }
 
 func (h *harness) Snapshot(_ *testing.T, id provider.ID) string {

@@ -9,8 +9,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
+
+// DefaultInstallation is the installation the fake of New belongs to.
+const DefaultInstallation = "fake"
+
+// entryName is the entry the fake's marks name.
+const entryName = "fake"
 
 // Call is one recorded call.
 type Call struct {
@@ -19,15 +27,42 @@ type Call struct {
 	Name string
 }
 
-// instance is an instance with the mark that says whether we created it.
+// instance is an instance as the infrastructure has it, with its mark: the
+// installation it names and the signature. The rest of the mark is the
+// instance's own ID (its place), name, owner UID and creation time, so that
+// a mark copied to another instance names the wrong place.
 type instance struct {
 	provider.Instance
-	marked   bool
-	getCount int
+	installation string
+	signature    string
+	getCount     int
+	// createsLeft counts the Create calls that still answer InProgress;
+	// creating says Create has not yet returned the instance's ID.
+	createsLeft int
+	creating    bool
+	// deletesLeft counts the Delete calls that still answer InProgress,
+	// from the first Delete of the instance on (deleting).
+	deletesLeft int
+	deleting    bool
 }
 
-// Provider is the fake. The zero value is not usable: call New.
+// markOf is the mark an instance carries.
+func markOf(in *instance) ownership.Mark {
+	return ownership.Mark{Installation: in.installation, Entry: entryName, Place: string(in.ID), Name: in.Name,
+		OwnerUID: in.OwnerUID, CreatedAt: in.CreatedAt}
+}
+
+// Provider is the fake: a view of one installation on an in-memory
+// infrastructure. The zero value is not usable: call New.
 type Provider struct {
+	*world
+	// id is the installation whose marks this view signs and trusts.
+	id *ownership.Identity
+}
+
+// world is the fake's infrastructure and its test controls, shared by the
+// views of every installation on it.
+type world struct {
 	mu        sync.Mutex
 	instances map[provider.ID]*instance
 	next      int
@@ -39,6 +74,19 @@ type Provider struct {
 	// GetsUntilRunning is how many Get calls an instance answers
 	// Provisioning before it runs with an address. Zero runs at the first Get.
 	GetsUntilRunning int
+	// CreatesUntilDone is how many Create calls for a new instance answer
+	// InProgress before one returns its ID, as a provider whose create
+	// takes several steps (clone, configure, start) does. Zero returns the
+	// ID at once.
+	CreatesUntilDone int
+	// DeletesUntilDone is how many Delete calls of an instance answer
+	// InProgress before one removes it, as a provider whose delete takes
+	// several steps (stop, remove the seed, destroy) does.
+	DeletesUntilDone int
+	// creating and maxCreating count the creates in flight (from the call
+	// that makes the instance to the call that returns its ID), now and at
+	// most.
+	creating, maxCreating int
 	// Latency is added to every call, honouring the context.
 	Latency     time.Duration
 	afterCreate func(ctx context.Context, id provider.ID) error
@@ -66,13 +114,30 @@ func (f *Provider) SetVerdicts(v []provider.Verdict) {
 	f.Verdicts = v
 }
 
-// New returns an empty fake whose clock is now.
+// New returns an empty fake whose clock is now, for the installation
+// DefaultInstallation.
 func New(now func() time.Time) *Provider {
 	if now == nil {
 		now = time.Now
 	}
-	return &Provider{instances: map[provider.ID]*instance{}, failures: map[provider.Op][]error{}, now: now}
+	return &Provider{
+		world: &world{instances: map[provider.ID]*instance{}, failures: map[provider.Op][]error{}, now: now},
+		id:    ownershiptest.Identity(DefaultInstallation),
+	}
 }
+
+// ForInstallation returns a view of the same infrastructure (instances,
+// failures, calls) for another installation of the operator: it signs its
+// own instances with id and trusts only those.
+func (f *Provider) ForInstallation(id *ownership.Identity) *Provider {
+	return &Provider{world: f.world, id: id}
+}
+
+// Identity returns the installation of this view.
+func (f *Provider) Identity() *ownership.Identity { return f.id }
+
+// ours reports whether this view's installation made an instance.
+func (f *Provider) ours(in *instance) bool { return f.id.Owns(markOf(in), in.signature) }
 
 var _ provider.Provider = (*Provider)(nil)
 var _ provider.Checker = (*Provider)(nil)
@@ -144,15 +209,50 @@ func (f *Provider) SetState(id provider.ID, s provider.State) {
 func (f *Provider) Vanish(id provider.ID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.removeLocked(id)
+}
+
+// removeLocked removes an instance; a create in flight ends with it.
+func (f *Provider) removeLocked(id provider.ID) {
+	if in, ok := f.instances[id]; ok && in.creating {
+		f.creating--
+	}
 	delete(f.instances, id)
 }
 
 // AddInstance adds an instance directly. marked says whether it carries the
-// operator's mark; an unmarked one stands for a VM someone else made.
+// mark of this view's installation, validly signed; an unmarked one stands
+// for a VM someone else made.
 func (f *Provider) AddInstance(in provider.Instance, marked bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.instances[in.ID] = &instance{Instance: in, marked: marked}
+	n := &instance{Instance: in}
+	if marked {
+		n.installation = f.id.Installation()
+		n.signature = f.id.Sign(markOf(n))
+	}
+	f.instances[in.ID] = n
+}
+
+// AddMarkedInstance adds an instance that carries a mark naming
+// installation, with the given signature, as a forger (or another
+// installation) would write it.
+func (f *Provider) AddMarkedInstance(in provider.Instance, installation, signature string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.instances[in.ID] = &instance{Instance: in, installation: installation, signature: signature}
+}
+
+// MarkOf returns the installation and signature of an instance's mark, for
+// tests that copy it; ok is false when there is no such instance.
+func (f *Provider) MarkOf(id provider.ID) (installation, signature string, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	in, ok := f.instances[id]
+	if !ok {
+		return "", "", false
+	}
+	return in.installation, in.signature, true
 }
 
 // SetUnreachable makes every call fail Transient, as an outage of the
@@ -202,7 +302,7 @@ func (f *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	f.mu.Lock()
 	var id provider.ID
 	for existing, in := range f.instances {
-		if in.marked && in.OwnerUID == req.OwnerUID && in.Name == req.Name {
+		if f.ours(in) && in.OwnerUID == req.OwnerUID && in.Name == req.Name {
 			id = existing
 		}
 	}
@@ -214,10 +314,24 @@ func (f *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	if id == "" {
 		f.next++
 		id = provider.ID(fmt.Sprintf("fake/%d", 100+f.next))
-		f.instances[id] = &instance{marked: true, Instance: provider.Instance{
+		n := &instance{installation: f.id.Installation(), Instance: provider.Instance{
 			ID: id, Name: req.Name, OwnerUID: req.OwnerUID, State: provider.StateProvisioning,
 			Node: "node-" + req.Zone, CreatedAt: f.now(),
 		}}
+		n.signature = f.id.Sign(markOf(n))
+		n.createsLeft, n.creating = f.CreatesUntilDone, true
+		f.instances[id] = n
+		f.creating++
+		f.maxCreating = max(f.maxCreating, f.creating)
+	}
+	if in := f.instances[id]; in.createsLeft > 0 {
+		in.createsLeft--
+		f.mu.Unlock()
+		// Each step names itself, as the real providers' steps do.
+		return "", provider.NewInProgress(fmt.Sprintf("creating the instance, step %d of %d", f.CreatesUntilDone-in.createsLeft, f.CreatesUntilDone), 0)
+	} else if in.creating {
+		in.creating = false
+		f.creating--
 	}
 	hook := f.afterCreate
 	f.mu.Unlock()
@@ -229,6 +343,14 @@ func (f *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 	return id, nil
 }
 
+// MaxCreatesInFlight returns the most creates that were in flight at once:
+// made but their ID not yet returned by Create.
+func (f *Provider) MaxCreatesInFlight() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.maxCreating
+}
+
 // Get implements provider.Provider.
 func (f *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
 	if err := f.begin(ctx, Call{Op: provider.OpGet, ID: id}); err != nil {
@@ -237,7 +359,7 @@ func (f *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in, ok := f.instances[id]
-	if !ok || !in.marked {
+	if !ok || !f.ours(in) {
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("no instance %s", id))
 	}
 	if in.State == provider.StateProvisioning {
@@ -266,11 +388,18 @@ func (f *Provider) Delete(ctx context.Context, id provider.ID) error {
 	if !ok {
 		return nil
 	}
-	if !in.marked {
+	if !f.ours(in) {
 		// Not ours: left alone, and the caller's instance counts as gone.
 		return nil
 	}
-	delete(f.instances, id)
+	if !in.deleting {
+		in.deleting, in.deletesLeft = true, f.DeletesUntilDone
+	}
+	if in.deletesLeft > 0 {
+		in.deletesLeft--
+		return provider.NewInProgress("deleting the instance", 0)
+	}
+	f.removeLocked(id)
 	return nil
 }
 
@@ -283,7 +412,7 @@ func (f *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	defer f.mu.Unlock()
 	var out []provider.Instance
 	for _, in := range f.instances {
-		if in.marked {
+		if f.ours(in) {
 			out = append(out, in.Instance)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
@@ -75,6 +77,9 @@ type Options struct {
 	// ProbeDeniedURL, when set, is the entry's probe.deniedURL: a
 	// destination the guests' egress policy must refuse with 403.
 	ProbeDeniedURL string
+	// MaxConcurrentCreates, when set, is the entry's maxConcurrentCreates
+	// (the operator's default is 10).
+	MaxConcurrentCreates int
 }
 
 // Lab is a running simulated cluster.
@@ -87,9 +92,13 @@ type Lab struct {
 	// EntryName, pointing at the lab.
 	Config *config.Config
 	// Zones are the entry's zones, sorted.
-	Zones  []string
-	nodes  []string
-	runner *guests.Runner
+	Zones []string
+	// Ownership is the lab operator's installation identity: every operator
+	// and provider the lab starts uses it unless told otherwise, so that a
+	// restarted one still owns what the previous one made.
+	Ownership *ownership.Identity
+	nodes     []string
+	runner    *guests.Runner
 }
 
 // Start starts the lab; it runs until ctx ends or Close is called.
@@ -100,13 +109,11 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 	if o.Speed == 0 {
 		o.Speed = 1
 	}
-	l := &Lab{}
-	entries := make([]string, 0, o.Nodes)
+	l := &Lab{Ownership: ownershiptest.Identity("pvelab")}
 	for i := 1; i <= o.Nodes; i++ {
 		l.nodes = append(l.nodes, fmt.Sprintf("pve%d", i))
-		entries = append(entries, fmt.Sprintf("{name: pve%d}", i))
 	}
-	simCfg, err := pvesim.ParseConfig(fmt.Appendf(nil, cluster, strings.Join(entries, ", ")))
+	simCfg, err := pvesim.ParseConfig(ClusterYAML(o.Nodes))
 	if err != nil {
 		return nil, fmt.Errorf("the lab's cluster: %w", err)
 	}
@@ -131,37 +138,64 @@ func Start(ctx context.Context, o Options) (*Lab, error) {
 		l.Close()
 		return nil, err
 	}
-	if l.Config, err = config.Parse([]byte(l.providersYAML(o, token, ca)), setup.Types.Registry()); err != nil {
+	var providers string
+	providers, l.Zones = ProvidersYAML(o, l.APIURL, token, ca)
+	if l.Config, err = config.Parse([]byte(providers), setup.Types.Registry()); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("the lab's providers configuration: %w", err)
 	}
 	return l, nil
 }
 
-// providersYAML renders the configuration of the lab's entry.
-func (l *Lab) providersYAML(o Options, token, ca string) string {
-	zones := o.Zones
-	if zones == nil {
-		zones = map[string][]string{}
+// ClusterYAML is the lab's simulated cluster as a pvesim configuration
+// (cmd/pvesim --config): nodes nodes, pve1 to pveN (zero means 3), the
+// template and the provider's token, which is the first (--token-out writes
+// it).
+func ClusterYAML(nodes int) []byte {
+	if nodes == 0 {
+		nodes = 3
+	}
+	entries := make([]string, 0, nodes)
+	for i := 1; i <= nodes; i++ {
+		entries = append(entries, fmt.Sprintf("{name: pve%d}", i))
+	}
+	return fmt.Appendf(nil, cluster, strings.Join(entries, ", "))
+}
+
+// ProvidersYAML renders the providers configuration of the lab's entry,
+// EntryName, for a simulator of ClusterYAML(o.Nodes) serving apiURL, with
+// the token and the CA certificate in the named files; zones are the
+// entry's zones, sorted. Start uses it for its own simulator; a benchmark
+// that runs cmd/pvesim as a child process uses it for that one.
+func ProvidersYAML(o Options, apiURL, token, ca string) (yaml string, zones []string) {
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	zoneNodes := o.Zones
+	if zoneNodes == nil {
+		zoneNodes = map[string][]string{}
 		for i := 1; i <= o.Nodes; i++ {
-			zones[fmt.Sprintf("rack-%c", 'a'+i-1)] = []string{fmt.Sprintf("pve%d", i)}
+			zoneNodes[fmt.Sprintf("rack-%c", 'a'+i-1)] = []string{fmt.Sprintf("pve%d", i)}
 		}
 	}
-	for z := range zones {
-		l.Zones = append(l.Zones, z)
+	for z := range zoneNodes {
+		zones = append(zones, z)
 	}
-	sort.Strings(l.Zones)
-	placement := make([]string, 0, len(zones))
-	for _, z := range l.Zones {
-		placement = append(placement, fmt.Sprintf("%s: {nodes: [%s]}", z, strings.Join(zones[z], ", ")))
+	sort.Strings(zones)
+	placement := make([]string, 0, len(zoneNodes))
+	for _, z := range zones {
+		placement = append(placement, fmt.Sprintf("%s: {nodes: [%s]}", z, strings.Join(zoneNodes[z], ", ")))
 	}
 	budgets := ""
 	if o.PollInterval > 0 {
 		budgets = fmt.Sprintf("\n      budgets: {pollInterval: %s}", o.PollInterval)
 	}
 	probe := ""
+	if o.MaxConcurrentCreates > 0 {
+		probe = fmt.Sprintf("\n    maxConcurrentCreates: %d", o.MaxConcurrentCreates)
+	}
 	if o.ProbeCheckURL != "" || o.ProbeDeniedURL != "" {
-		probe = fmt.Sprintf("\n    probe: {checkURL: %q, deniedURL: %q}", o.ProbeCheckURL, o.ProbeDeniedURL)
+		probe += fmt.Sprintf("\n    probe: {checkURL: %q, deniedURL: %q}", o.ProbeCheckURL, o.ProbeDeniedURL)
 	}
 	return fmt.Sprintf(`
 providers:
@@ -178,7 +212,7 @@ providers:
       images: {%s: {templateVMID: 9000}}
       isoStorage: seeds
       acceptLoopbackAddresses: true%s
-`, EntryName, strings.Join(l.Zones, ", "), MachineType, Image, probe, l.APIURL, token, ca, strings.Join(placement, ", "), Image, budgets)
+`, EntryName, strings.Join(zones, ", "), MachineType, Image, probe, apiURL, token, ca, strings.Join(placement, ", "), Image, budgets), zones
 }
 
 // Clones returns the VMs that are not templates.
@@ -193,10 +227,12 @@ func (l *Lab) Clones() []pvesim.VMInfo {
 }
 
 // SeedLeft reports whether a seed ISO of the named instance is on any
-// node's seed storage.
+// node's seed storage: a file named after the instance, with a signature
+// token of whichever installation made it between the name and the suffix.
 func (l *Lab) SeedLeft(instanceName string) bool {
-	for _, node := range l.nodes {
-		if _, ok := l.Sim.VolumePath(node, "seeds:iso/"+instanceName+"-seed.iso"); ok {
+	for _, v := range l.Sim.Volumes("iso") {
+		rest, ok := strings.CutPrefix(v.VolID, "seeds:iso/"+instanceName+"-")
+		if ok && len(rest) == ownership.TokenLen+len("-seed.iso") && strings.HasSuffix(rest, "-seed.iso") {
 			return true
 		}
 	}

@@ -71,6 +71,12 @@ func Main(m *testing.M, use func(*Env)) int {
 	return code
 }
 
+// Start starts another control plane with the project's CRDs, for a test
+// that needs two clusters (two installations of the operator, each in its
+// own cluster, sharing one hypervisor). It needs KUBEBUILDER_ASSETS; stop
+// it with Environment.Stop.
+func Start() (*Env, error) { return start() }
+
 func start() (*Env, error) {
 	scheme := kruntime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
@@ -109,17 +115,42 @@ func Need(t *testing.T, e *Env) {
 // ServiceAccount config/default binds the shipped roles to.
 const OperatorUser = "system:serviceaccount:egress-proxies-system:egress-proxies-controller-manager"
 
-// AsOperator applies the generated RBAC of config/rbac/role.yaml (the
-// ClusterRole and the namespaced Roles, bound to OperatorUser) to the
-// control plane and returns a rest.Config that impersonates OperatorUser.
-// An operator run with it has the rights a real install gives it, no more:
-// a rule missing from the markers fails the test that needs it.
-func (e *Env) AsOperator() (*rest.Config, error) {
+// Names of the generated ClusterRoles (config/rbac/role.yaml).
+const (
+	// ClusterWideRole holds the rights the operator needs in the whole
+	// cluster; config/rbac binds it with a ClusterRoleBinding.
+	ClusterWideRole = "manager-role"
+	// NamespaceRole holds the rights the operator needs in each namespace it
+	// serves; config/namespaces binds it with a RoleBinding in each.
+	NamespaceRole = "namespace-role"
+)
+
+// RBAC says where AsOperator binds the shipped roles, as an install would.
+type RBAC struct {
+	// Namespaces are the namespaces the operator serves (setup.Options.
+	// Namespaces, --namespaces): NamespaceRole is bound in each with a
+	// RoleBinding, as config/namespaces does, and nowhere else.
+	Namespaces []string
+	// RoleNamespaces moves a namespaced Role of role.yaml, named by the
+	// namespace it has there (egress-proxies, the kubernetes provider's
+	// pods), into the namespaces a test uses instead. A Role whose namespace
+	// is not a key is applied where it says.
+	RoleNamespaces map[string][]string
+}
+
+// AsOperator applies the generated RBAC of config/rbac/role.yaml to the
+// control plane, bound to OperatorUser the way the shipped kustomize tree
+// binds it (ClusterWideRole cluster-wide, NamespaceRole in each served
+// namespace, the Roles in their namespaces), and returns a rest.Config that
+// impersonates OperatorUser. An operator run with it has the rights a real
+// install gives it, no more: a rule missing from the markers fails the test
+// that needs it. Bindings accumulate: one control plane may carry the
+// bindings of many tests, each in its own namespaces.
+func (e *Env) AsOperator(ctx context.Context, o RBAC) (*rest.Config, error) {
 	data, err := os.ReadFile(filepath.Join(filepath.Dir(crdDir()), "..", "rbac", "role.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("reading the generated RBAC: %w", err)
 	}
-	ctx := context.Background()
 	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: OperatorUser}}
 	for _, doc := range strings.Split(string(data), "\n---") {
 		if strings.TrimSpace(doc) == "" || strings.TrimSpace(doc) == "---" {
@@ -135,9 +166,20 @@ func (e *Env) AsOperator() (*rest.Config, error) {
 			if err := yaml.UnmarshalStrict([]byte(doc), &cr); err != nil {
 				return nil, fmt.Errorf("decoding ClusterRole: %w", err)
 			}
-			binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name}, Subjects: subject,
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}}
-			if err := createAll(ctx, e.Client, &cr, binding); err != nil {
+			ref := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}
+			objs := []client.Object{&cr}
+			switch cr.Name {
+			case ClusterWideRole:
+				objs = append(objs, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name}, Subjects: subject, RoleRef: ref})
+			case NamespaceRole:
+				for _, ns := range o.Namespaces {
+					objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+						&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name, Namespace: ns}, Subjects: subject, RoleRef: ref})
+				}
+			default:
+				return nil, fmt.Errorf("ClusterRole %s in the generated RBAC: AsOperator does not know how an install binds it", cr.Name)
+			}
+			if err := createAll(ctx, e.Client, objs...); err != nil {
 				return nil, err
 			}
 		case "Role":
@@ -145,11 +187,19 @@ func (e *Env) AsOperator() (*rest.Config, error) {
 			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
 				return nil, fmt.Errorf("decoding Role: %w", err)
 			}
-			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: r.Namespace}}
-			binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Namespace}, Subjects: subject,
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}}
-			if err := createAll(ctx, e.Client, ns, &r, binding); err != nil {
-				return nil, err
+			targets, moved := o.RoleNamespaces[r.Namespace]
+			if !moved {
+				targets = []string{r.Namespace}
+			}
+			for _, target := range targets {
+				role := r.DeepCopy()
+				role.Namespace = target
+				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: target}}
+				binding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: target}, Subjects: subject,
+					RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}}
+				if err := createAll(ctx, e.Client, ns, role, binding); err != nil {
+					return nil, err
+				}
 			}
 		default:
 			return nil, fmt.Errorf("unexpected kind %q in the generated RBAC", meta.Kind)

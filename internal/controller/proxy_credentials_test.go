@@ -1,0 +1,212 @@
+package controller
+
+import (
+	"time"
+
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+)
+
+// A look at a Ready proxy reads its credentials Secret once: the URL is
+// synced from that read, not from a second one (each is a round trip to the
+// API server, and at thousands of proxies they were a third of the
+// operator's requests).
+func TestCredentialsSecretIsReadOncePerReconcile(t *testing.T) {
+	scheme := testScheme(t)
+	p := &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "web", UID: "uid-1"},
+		Spec:       crawlv1alpha1.ProxySpec{Port: 3128, Auth: crawlv1alpha1.ProxyAuthBasic},
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: credentialsSecretName("web")},
+		Data:       map[string][]byte{secretKeyUsername: []byte("ualice"), secretKeyPassword: []byte("pw-sentinel")},
+	}
+	if err := controllerutil.SetControllerReference(p, s, scheme); err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	c := secretReadCounter(crfake.NewClientBuilder().WithScheme(scheme).WithObjects(s), &reads)
+	r := &ProxyReconciler{Client: c, APIReader: c}
+
+	ctx := context.Background()
+	creds, conflict, err := r.ensureCredentials(ctx, p)
+	if err != nil || conflict != "" {
+		t.Fatalf("ensureCredentials: %v, conflict %q", err, conflict)
+	}
+	if err := r.syncCredentialsURL(ctx, p, creds, "203.0.113.7"); err != nil {
+		t.Fatal(err)
+	}
+	if reads != 1 {
+		t.Errorf("the credentials Secret was read %d times in one reconcile, want 1", reads)
+	}
+	var got corev1.Secret
+	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := "http://ualice:pw-sentinel@203.0.113.7:3128"; string(got.Data[secretKeyURL]) != want {
+		t.Errorf("url in the Secret = %q, want %q", got.Data[secretKeyURL], want)
+	}
+}
+
+// The credentials Secret is read once to render a create of several steps,
+// not at every step, and once when the instance runs (to write the URL and
+// probe); the polls while the instance boots read nothing from the API
+// server.
+func TestSecretReadsDuringCreate(t *testing.T) {
+	scheme := testScheme(t)
+	cfg := unitConfig(t)
+	fp := fakeprovider.New(nil)
+	fp.CreatesUntilDone, fp.GetsUntilRunning = 2, 2
+	p := unitProxy()
+	reads := 0
+	c := secretReadCounter(crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p), &reads)
+	r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp}}
+	r.defaults()
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
+	// The first reconcile creates the Secret and starts the create; the
+	// third gets the instance's ID; two polls find it booting; the sixth
+	// finds it running.
+	wantReads := []int{1, 0, 0, 0, 0, 1}
+	var phases []crawlv1alpha1.ProxyPhase
+	for i, want := range wantReads {
+		reads = 0
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatalf("reconcile %d: %v", i+1, err)
+		}
+		var got crawlv1alpha1.Proxy
+		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+			t.Fatal(err)
+		}
+		phases = append(phases, got.Status.Phase)
+		if reads != want {
+			t.Errorf("reconcile %d (phase %s): %d reads of the credentials Secret, want %d", i+1, got.Status.Phase, reads, want)
+		}
+	}
+	if last := phases[len(phases)-1]; last != crawlv1alpha1.ProxyPhaseReady {
+		t.Errorf("phases %v, want Ready at the end", phases)
+	}
+}
+
+// unitConfig is a configuration of one fake entry, "lab", for the
+// reconciler's tests without a control plane.
+func unitConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(`
+providers:
+  - name: lab
+    type: fake
+    zones: [rack-a]
+    machineTypes:
+        small: {cores: 1, memoryMiB: 512, diskGiB: 8}
+    images: [debian-12]
+`), fakeprovider.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// unitProxy is a Proxy of unitConfig's entry with basic auth, its finalizer
+// already set.
+func unitProxy() *crawlv1alpha1.Proxy {
+	return &crawlv1alpha1.Proxy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "web", UID: "uid-1", Finalizers: []string{Finalizer}},
+		Spec: crawlv1alpha1.ProxySpec{Provider: "lab", Zone: "rack-a", MachineType: "small", Image: "debian-12",
+			Port: 3128, Auth: crawlv1alpha1.ProxyAuthBasic},
+	}
+}
+
+// testScheme has the core kinds and the operator's.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, crawlv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
+}
+
+// secretReadCounter builds b's client, counting in reads every Get of a
+// Secret.
+func secretReadCounter(b *crfake.ClientBuilder, reads *int) client.WithWatch {
+	return b.WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok {
+				*reads++
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+}
+
+// TestProgressIsWrittenAtMostOncePerInterval: the steps of a create each
+// name themselves in the Ready message; within progressEvery of the last
+// status write only a change that says more than progress (the instance's
+// ID, Ready) is written, so a create of many fast steps costs a few status
+// writes, not one per step. A step reached after progressEvery is written.
+func TestProgressIsWrittenAtMostOncePerInterval(t *testing.T) {
+	scheme := testScheme(t)
+	cfg := unitConfig(t)
+	fp := fakeprovider.New(nil)
+	fp.CreatesUntilDone, fp.GetsUntilRunning = 6, 1
+	p := unitProxy()
+	writes := 0
+	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				writes++
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp},
+		Now: func() time.Time { return now }}
+	r.defaults()
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
+	type step struct {
+		advance    time.Duration
+		wantWrites int
+		reason     string
+	}
+	for i, s := range []step{
+		{0, 1, "the first step: Pending becomes Provisioning"},
+		{time.Second, 0, "a second step a second later is progress only"},
+		{time.Second, 0, "so is a third"},
+		{progressEvery, 1, "a step reached after progressEvery is written: a slow step is named"},
+		{time.Second, 0, "progress only again"},
+		{time.Second, 0, "the last step before the ID, still progress only"},
+		{time.Second, 1, "Create returns the ID: written at once"},
+		{time.Second, 1, "the instance runs: Ready, written at once"},
+	} {
+		now = now.Add(s.advance)
+		writes = 0
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatalf("reconcile %d: %v", i+1, err)
+		}
+		var got crawlv1alpha1.Proxy
+		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+			t.Fatal(err)
+		}
+		if writes != s.wantWrites {
+			t.Errorf("reconcile %d (phase %s, %q): %d status writes, want %d: %s", i+1, got.Status.Phase,
+				readyCondition(&got).Message, writes, s.wantWrites, s.reason)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// memo is a map safe for concurrent use, typed: the one form of the
+// process-local memories below. Its zero value is ready.
+type memo[K comparable, V any] struct {
+	m sync.Map // K -> V
+}
+
+func (m *memo[K, V]) load(k K) (V, bool) {
+	v, ok := m.m.Load(k)
+	t, isV := v.(V)
+	return t, ok && isV
+}
+
+func (m *memo[K, V]) store(k K, v V) { m.m.Store(k, v) }
+
+// forget drops what is remembered for k.
+func (m *memo[K, V]) forget(k K) { m.m.Delete(k) }
+
+// writtenVersions remembers, per Proxy, the resourceVersion that this
+// process's last write of it returned. A cached Proxy at that version has
+// seen every write of ours, so the live read that guards a create or a
+// replacement (isCurrent) can be skipped: it is only needed when the cache
+// may lag behind a write of ours, which is what would make the operator
+// create a second instance. After a restart nothing is remembered and every
+// guard reads live. The zero value is ready; it is safe for concurrent use.
+type writtenVersions struct {
+	memo[types.NamespacedName, string]
+}
+
+// record notes the version a write of ours returned.
+func (w *writtenVersions) record(key types.NamespacedName, resourceVersion string) {
+	if resourceVersion != "" {
+		w.store(key, resourceVersion)
+	}
+}
+
+// seen reports whether resourceVersion is that of our last write of key.
+func (w *writtenVersions) seen(key types.NamespacedName, resourceVersion string) bool {
+	s, ok := w.load(key)
+	return ok && resourceVersion != "" && s == resourceVersion
+}
+
+// ownerChecks remembers, per Proxy being deleted, the recorded instance
+// whose owner a Get showed to be that Proxy. A delete of several steps
+// (stop, seed, destroy) checks the owner once rather than at every step:
+// on a stopped VM that Get is a read of its own (proxmox status/current),
+// the largest part of a delete's calls. After a restart the owner is
+// checked again. The zero value is ready; it is safe for concurrent use.
+type ownerChecks struct {
+	memo[types.UID, provider.ID]
+}
+
+// record notes that id belongs to the Proxy uid.
+func (o *ownerChecks) record(uid types.UID, id provider.ID) { o.store(uid, id) }
+
+// seen reports whether id was found to belong to uid.
+func (o *ownerChecks) seen(uid types.UID, id provider.ID) bool {
+	got, ok := o.load(uid)
+	return ok && got == id
+}
+
+// createCredentials holds, per Proxy whose create is in flight, the
+// credentials read at the create's first step, so that the later steps
+// (each a reconcile that renders the same request) do not read the Secret
+// again. They are dropped when Create returns the instance's ID; a Secret
+// edited or deleted meanwhile is noticed when the instance runs, as it
+// would have been had the change come a moment after the seed was made.
+// The UID keeps a Proxy recreated under the same name from another's
+// credentials. The zero value is ready; it is safe for concurrent use.
+type createCredentials struct {
+	memo[types.NamespacedName, heldCredentials]
+}
+
+type heldCredentials struct {
+	uid   types.UID
+	creds *credentials // nil with auth None
+}
+
+// get returns the credentials held for the Proxy key with uid.
+func (c *createCredentials) get(key types.NamespacedName, uid types.UID) (*credentials, bool) {
+	h, ok := c.load(key)
+	if !ok || h.uid != uid {
+		return nil, false
+	}
+	return h.creds, true
+}
+
+// put holds creds for the Proxy key with uid.
+func (c *createCredentials) put(key types.NamespacedName, uid types.UID, creds *credentials) {
+	c.store(key, heldCredentials{uid: uid, creds: creds})
+}
+
+// progressEvery is how often a create's progress alone (progressOnly: the
+// Ready message names a new step, nothing else changed) is written to the
+// status. A status that says more (phase, reason, instance, address) is
+// written at once. A step is thus named within progressEvery plus a poll,
+// while a create of a few fast steps costs one status write, not one per
+// step.
+const progressEvery = 10 * time.Second
+
+// statusWrites remembers, per Proxy, when this process last wrote its
+// status. After a restart nothing is remembered and the first progress is
+// written. The zero value is ready; it is safe for concurrent use.
+type statusWrites struct {
+	memo[types.NamespacedName, time.Time]
+}
+
+// record notes a status write of key at t.
+func (s *statusWrites) record(key types.NamespacedName, t time.Time) { s.store(key, t) }
+
+// within reports whether this process wrote key's status less than d
+// before now.
+func (s *statusWrites) within(key types.NamespacedName, now time.Time, d time.Duration) bool {
+	t, ok := s.load(key)
+	return ok && now.Sub(t) < d
+}

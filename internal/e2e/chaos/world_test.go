@@ -1,0 +1,335 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
+	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/sentinel"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
+)
+
+// The operator's intervals in the run: short, so that a poll, a resync, a
+// health check and a GC pass each happen many times between two actions.
+const (
+	gcInterval = 200 * time.Millisecond
+	gcGrace    = time.Second
+	// leakUptime is how long the operator must have run since a Proxy went
+	// before anything of it still there counts as a leak: the grace period
+	// and many GC intervals (a pass can meet a fault, a deletion takes more
+	// than one, and on a loaded machine a pass takes longer than an
+	// interval).
+	leakUptime = gcGrace + 30*gcInterval
+)
+
+// world is the simulated cluster, the namespace and the operator that comes
+// and goes.
+type world struct {
+	t      *testing.T
+	lab    *pvelab.Lab
+	ns     string
+	rest   *rest.Config
+	watch  *sentinel.Watch
+	tracer trace.Tracer
+	// tokenID is the operator's API token id, whose mutations are checked.
+	tokenID string
+
+	mu       sync.Mutex
+	stop     func() error // nil while the operator is down
+	upSince  time.Time
+	uptime   time.Duration // accumulated over earlier runs
+	restarts int
+}
+
+// newWorld starts the lab (three nodes, one zone over all of them, VMs
+// without guest processes: the agent reports the address all the same) and
+// prepares the operator's logger, tracer and rights.
+func newWorld(t *testing.T, p plan, ns string) *world {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	lab, err := pvelab.Start(ctx, pvelab.Options{Nodes: 3, Speed: p.Speed,
+		Zones: map[string][]string{"rack-a": {"pve1", "pve2", "pve3"}}, PollInterval: 20 * time.Millisecond, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Close)
+	token, err := os.ReadFile(filepath.Join(dir, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, secret, ok := strings.Cut(strings.TrimSpace(string(token)), "=")
+	if !ok {
+		t.Fatalf("token file %q is not id=secret", token)
+	}
+	w := &world{t: t, lab: lab, ns: ns, watch: sentinel.NewWatch(), tokenID: id}
+	if err := w.watch.AddSecret("the API token", secret); err != nil {
+		t.Fatal(err)
+	}
+	// The cloud-init payload: its first line, and the line that carries the
+	// proxy's credentials (each password is added as it appears).
+	for _, marker := range []string{"#cloud-config", "BasicAuth "} {
+		if err := w.watch.AddSecret("cloud-init payload ("+strings.TrimSpace(marker)+")", marker); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(w.watch.SpanProcessor()))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	w.tracer = tp.Tracer("chaos")
+	if w.rest, err = env.AsOperator(ctx, testenv.RBAC{Namespaces: []string{ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// start runs the operator as its ServiceAccount, with a fresh provider as a
+// restarted binary has, its log lines at verbosity 2 and its spans going to
+// the watch.
+func (w *world) start() {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop != nil {
+		return
+	}
+	stop, err := w.lab.StartOperator(context.Background(), pvelab.OperatorOptions{
+		RestConfig: w.rest, Scheme: env.Scheme, Namespace: w.ns,
+		Log: w.watch.Logger(2), Tracer: w.tracer,
+		Controller: controller.Options{
+			PollInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond,
+			HealthInterval: 500 * time.Millisecond, GCInterval: gcInterval, GCGracePeriod: gcGrace,
+			Replacement: controller.ReplacementPolicy{Backoff: 100 * time.Millisecond, Limit: 8, Window: time.Hour},
+		},
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.stop, w.upSince = stop, time.Now()
+}
+
+// kill stops the operator (its context ends mid-call, as a killed process
+// stops) and waits for it.
+func (w *world) kill() {
+	w.t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop == nil {
+		return
+	}
+	if err := w.stop(); err != nil {
+		w.t.Errorf("operator run ended with: %v", err)
+	}
+	w.stop = nil
+	w.uptime += time.Since(w.upSince)
+	w.restarts++
+}
+
+// up reports whether the operator runs.
+func (w *world) up() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stop != nil
+}
+
+// operatorUptime is how long the operator has run in all.
+func (w *world) operatorUptime() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop == nil {
+		return w.uptime
+	}
+	return w.uptime + time.Since(w.upSince)
+}
+
+// Classes of the foreign VMs placed in the simulator.
+const (
+	classPlain  = "plain"
+	classTagged = "our tag, no mark"
+	classForged = "our tag and a forged mark"
+	classCopied = "our tag and a mark copied from one of our VMs"
+	classOther  = "another installation's"
+)
+
+// placeOtherInstallation runs, before the chaos, a second installation of
+// the operator (its own identity, its own namespace) on the same cluster
+// until its Proxies are Ready, stops it, and lets its Proxies go without it
+// (finalizers removed by hand, as after an uninstall): their VMs are
+// orphans to anyone who forgets whose they are. It returns their VMIDs.
+func (w *world) placeOtherInstallation(ctx context.Context, n int) map[int]string {
+	w.t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "chaos-other-"}}
+	if err := env.Client.Create(ctx, ns); err != nil {
+		w.t.Fatal(err)
+	}
+	stop, err := w.lab.StartOperator(ctx, pvelab.OperatorOptions{
+		RestConfig: env.Config, Scheme: env.Scheme, Namespace: ns.Name, Log: logr.Discard(),
+		Ownership: ownershiptest.Identity("other-installation"),
+		Controller: controller.Options{PollInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond,
+			HealthInterval: time.Second, GCInterval: time.Hour},
+	})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for i := range n {
+		p := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: fmt.Sprintf("theirs-%d", i)},
+			Spec: crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}}
+		if err := env.Client.Create(ctx, p); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	if err := poll.Wait(ctx, 2*time.Minute, func() (bool, string) {
+		var list crawlv1alpha1.ProxyList
+		if err := env.Client.List(ctx, &list, client.InNamespace(ns.Name)); err != nil {
+			return false, err.Error()
+		}
+		ready := 0
+		for _, p := range list.Items {
+			if p.Status.Phase == crawlv1alpha1.ProxyPhaseReady {
+				ready++
+			}
+		}
+		return ready == n, fmt.Sprintf("%d of %d of the other installation's Proxies Ready", ready, n)
+	}); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		w.t.Fatal(err)
+	}
+	var list crawlv1alpha1.ProxyList
+	if err := env.Client.List(ctx, &list, client.InNamespace(ns.Name)); err != nil {
+		w.t.Fatal(err)
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Finalizers = nil
+		if err := env.Client.Patch(ctx, p, patch); err != nil {
+			w.t.Fatal(err)
+		}
+		if err := client.IgnoreNotFound(env.Client.Delete(ctx, p)); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	out := map[int]string{}
+	for _, vm := range w.lab.Sim.VMs() {
+		if !vm.Template {
+			out[vm.VMID] = classOther
+		}
+	}
+	if len(out) != n {
+		w.t.Fatalf("the other installation left %d VMs, want %d", len(out), n)
+	}
+	return out
+}
+
+// markText is a mark as a hand-written forgery would look: the lines of
+// the operator's mark (docs/proxmox.md) with an owner that never existed.
+func markText(ownerUID, name string, created time.Time) string {
+	return "Managed by egress-proxies-operator; do not edit the lines below.\n" +
+		"egress-proxies-operator/owner-uid: " + ownerUID + "\n" +
+		"egress-proxies-operator/name: " + name + "\n" +
+		"egress-proxies-operator/created-at: " + created.UTC().Format(time.RFC3339) + "\n" +
+		"egress-proxies-operator/owner: someone/else\n"
+}
+
+// placeForeign puts foreign VMs on every node, inside and outside the
+// provider's VMID range (100000 to 199999), stopped (what GC would take) and
+// of every class but the copied one (made during the run from a live VM).
+// It returns their classes by VMID.
+func placeForeign(t *testing.T, sim *pvesim.Sim, rng *rand.Rand) map[int]string {
+	t.Helper()
+	no := false
+	out := map[int]string{}
+	classes := []string{classPlain, classTagged, classForged}
+	for i := range 18 {
+		vmid := 4000 + i
+		if i%2 == 0 {
+			vmid = 100000 + rng.IntN(99999)
+		}
+		if _, taken := sim.VMConfig(vmid); taken {
+			continue
+		}
+		class := classes[i%len(classes)]
+		tc := pvesim.TemplateConfig{VMID: vmid, Node: fmt.Sprintf("pve%d", 1+i%3), Name: "colleague-" + strconv.Itoa(i), Template: &no,
+			Disks: []pvesim.DiskConfig{{Slot: "scsi0", Storage: "local-lvm", Size: "2G"}}, Agent: "1", Extra: map[string]string{}}
+		switch class {
+		case classTagged:
+			tc.Tags = "proxy_operator"
+		case classForged:
+			// The forger names the VM as the mark does: the provider checks
+			// that the two agree.
+			tc.Tags = "proxy_operator;web"
+			tc.Name = "forged-" + strconv.Itoa(i)
+			uid := fmt.Sprintf("%08x-dead-4bee-8f00-%012x", rng.Uint32(), rng.Uint64()&0xffffffffffff)
+			tc.Extra["description"] = markText(uid, tc.Name, time.Now().Add(-48*time.Hour))
+		}
+		if err := sim.AddVM(tc); err != nil {
+			t.Fatal(err)
+		}
+		out[vmid] = class
+	}
+	return out
+}
+
+// copyMark places a foreign VM that carries the name, tags and description
+// (the mark, whatever it holds, signature included) of VM src, at a free
+// VMID; it returns 0 when src has no mark to copy yet.
+func copyMark(sim *pvesim.Sim, src, vmid int, node string) (int, error) {
+	conf, ok := sim.VMConfig(src)
+	if !ok || conf["description"] == "" || conf["tags"] == "" || conf["lock"] != "" {
+		return 0, nil
+	}
+	no := false
+	tc := pvesim.TemplateConfig{VMID: vmid, Node: node, Name: conf["name"], Template: &no, Tags: conf["tags"],
+		Disks: []pvesim.DiskConfig{{Slot: "scsi0", Storage: "local-lvm", Size: "2G"}},
+		Extra: map[string]string{"description": conf["description"]}}
+	if err := sim.AddVM(tc); err != nil {
+		return 0, err
+	}
+	return vmid, nil
+}
+
+// uidOf finds which of the given Proxy UIDs a VM description names.
+func uidOf(desc string, uids []types.UID) (types.UID, bool) {
+	for _, u := range uids {
+		if strings.Contains(desc, string(u)) {
+			return u, true
+		}
+	}
+	return "", false
+}
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

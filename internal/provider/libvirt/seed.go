@@ -1,0 +1,158 @@
+package libvirt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"libvirt.org/go/libvirtxml"
+)
+
+// seedDrive is the target of the seed's CD-ROM drive.
+const seedDrive = "hdc"
+
+// ejectedCDROMXML is the seed drive without media: what the domain keeps
+// once the guest has consumed its seed.
+func ejectedCDROMXML(dev string) (string, error) {
+	d := libvirtxml.DomainDisk{
+		Device:   "cdrom",
+		Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
+		Target:   &libvirtxml.DomainDiskTarget{Dev: dev, Bus: "ide"},
+		ReadOnly: &libvirtxml.DomainDiskReadOnly{},
+	}
+	out, err := d.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("encoding the empty CD-ROM drive: %w", err)
+	}
+	return out, nil
+}
+
+// releaseSeed takes the seed away from a domain whose guest has consumed it,
+// so that the proxy's credentials do not stay on the host's storage: the
+// drive is emptied (live and in the definition), then the seed volume is
+// deleted. It is called by Get once the domain has an address: cloud-init
+// reads its NoCloud seed in its local stage, before the network is
+// configured, so a DHCP lease or an answering guest agent means the seed has
+// been read.
+//
+// Every step is decided from what the host shows (a restarted operator
+// resumes), and each domain run is released once per process: after that,
+// Get makes no call for it. A failure is logged and retried at the next Get;
+// it never makes a running proxy look unhealthy.
+func (p *Provider) releaseSeed(ctx context.Context, h Host, d domainInfo, f domainFacts) {
+	key := h.Name + "/" + d.Name
+	p.mu.Lock()
+	done := d.UUID != "" && p.released[key] == d.UUID
+	p.mu.Unlock()
+	if done {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	vol := p.seedVolume(d.Name)
+	if slices.Contains(f.Volumes, vol) {
+		if err := p.drv.ejectMedia(ctx, h, d.Name, seedDrive); err != nil {
+			log.Info("emptying the seed drive failed; retrying at the next poll", "host", h.Name, "domain", d.Name, "error", err.Error())
+			return
+		}
+		// The definition changed: read it again next time.
+		p.mu.Lock()
+		delete(p.facts, key)
+		p.mu.Unlock()
+	}
+	err := p.drv.deleteVolume(ctx, h, p.block.Pool, vol)
+	if err != nil && !errors.Is(err, errNoVolume) {
+		log.Info("deleting the consumed seed failed; retrying at the next poll", "host", h.Name, "domain", d.Name, "volume", vol, "error", err.Error())
+		return
+	}
+	if err == nil {
+		log.V(1).Info("deleted the consumed seed", "host", h.Name, "domain", d.Name, "volume", vol)
+	}
+	if d.UUID != "" {
+		p.mu.Lock()
+		p.released[key] = d.UUID
+		p.mu.Unlock()
+	}
+}
+
+// seedSuffix ends the name of every seed volume (seedVolume).
+const seedSuffix = "-seed.iso"
+
+// seedVolume is the name of the seed volume of instance name: the name, a
+// token of it that only this installation and entry can make
+// (ownership.Identity.SignedName), and seedSuffix. The token is what tells
+// the operator's seeds from volumes that others named like one, without
+// reading them.
+func (p *Provider) seedVolume(name string) string {
+	return p.ident.SignedName("seed", p.entry.Name, name) + seedSuffix
+}
+
+// seedNameOf returns the instance name of a seed volume of this
+// installation and entry, and false for any other volume.
+func (p *Provider) seedNameOf(vol string) (string, bool) {
+	signed, ok := strings.CutSuffix(vol, seedSuffix)
+	if !ok {
+		return "", false
+	}
+	return p.ident.NameOfSigned("seed", p.entry.Name, signed)
+}
+
+// sweepSeeds deletes the seeds of this operator that no domain owns: left
+// by an operator that stopped between emptying a drive and deleting its
+// volume, or by a domain undefined by hand. A volume is swept only when its
+// name is a seed's of this installation and entry (seedNameOf: the token
+// in it verifies) and no domain has the instance name it carries, so that
+// a volume someone else keeps in the pool, even one named like a seed, is
+// never touched.
+//
+// The volumes are listed before the domains, and the domains afresh: a
+// domain is always defined before its seed is created and undefined after
+// it is deleted, so a seed listed while its domain exists is still seen
+// with it. At most one sweep per host per poll interval; errors are logged,
+// never returned (the sweep is a side task of the garbage collector's
+// listing).
+func (p *Provider) sweepSeeds(ctx context.Context, h Host) {
+	now := p.now()
+	p.mu.Lock()
+	last, swept := p.sweeps[h.Name]
+	if swept && now.Sub(last) < p.poll() {
+		p.mu.Unlock()
+		return
+	}
+	p.sweeps[h.Name] = now
+	p.mu.Unlock()
+	log := logr.FromContextOrDiscard(ctx)
+	vols, err := p.drv.listVolumes(ctx, h, p.block.Pool)
+	if err != nil {
+		log.Info("listing the pool's volumes for orphaned seeds failed", "host", h.Name, "pool", p.block.Pool, "error", err.Error())
+		return
+	}
+	var candidates []string
+	for _, v := range vols {
+		if name, ok := p.seedNameOf(v); ok {
+			candidates = append(candidates, name)
+		}
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	list, err := p.listing(ctx, h, p.now().Add(time.Nanosecond))
+	if err != nil {
+		log.Info("listing domains for orphaned seeds failed", "host", h.Name, "error", err.Error())
+		return
+	}
+	for _, name := range candidates {
+		if _, ok := find(list, name); ok {
+			continue
+		}
+		vol := p.seedVolume(name)
+		if err := p.drv.deleteVolume(ctx, h, p.block.Pool, vol); err != nil && !errors.Is(err, errNoVolume) {
+			log.Info("deleting an orphaned seed failed", "host", h.Name, "volume", vol, "error", err.Error())
+			continue
+		}
+		log.Info("deleted an orphaned seed (no domain of its name)", "host", h.Name, "volume", vol)
+	}
+}
