@@ -60,6 +60,11 @@ func (r *probeRuns) Start(ctx context.Context) error {
 	r.ctx = ctx
 	r.mu.Unlock()
 	<-ctx.Done()
+	// start adds to wg under mu after seeing ctx live. Taking mu once the
+	// context ended orders every such Add before the Wait: a start that
+	// comes later sees the context ended and adds nothing.
+	r.mu.Lock()
+	r.mu.Unlock() //nolint:staticcheck // SA2001: the empty critical section is the ordering point, see above.
 	r.wg.Wait()
 	return nil
 }

@@ -126,3 +126,33 @@ func TestProbeRuns(t *testing.T) {
 	}
 }
 
+// TestProbeRunsStopWhileStarting: the manager may stop while a reconcile
+// starts a probe. Start's wait must not race with that start (a WaitGroup
+// Add from zero concurrent with Wait is a data race, and a probe started
+// after the wait began would outlive Start); -race catches the former.
+func TestProbeRunsStopWhileStarting(t *testing.T) {
+	for round := range 50 {
+		r := newProbeRuns(probe.NewFake(), 4, func(types.NamespacedName) {})
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.Start(ctx) }()
+		key := types.NamespacedName{Namespace: "crawl", Name: fmt.Sprintf("p%d", round)}
+		poll.Until(t, 5*time.Second, func() (bool, string) {
+			return r.start(key, probe.Target{Address: "198.51.100.1:3128"}), "the runner did not start"
+		})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				k := types.NamespacedName{Namespace: "crawl", Name: fmt.Sprintf("p%d-%d", round, i)}
+				for ctx.Err() == nil {
+					r.start(k, probe.Target{Address: "198.51.100.1:3128"})
+				}
+			})
+		}
+		cancel()
+		wg.Wait()
+		if err := poll.Receive(t, 5*time.Second, "Start's return after its context ended", stopped); err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+	}
+}
