@@ -145,7 +145,7 @@ func TestProbeRunsStopWhileStarting(t *testing.T) {
 			wg.Go(func() {
 				k := types.NamespacedName{Namespace: "crawl", Name: fmt.Sprintf("p%d-%d", round, i)}
 				for ctx.Err() == nil {
-					r.start(k, probe.Target{Address: "198.51.100.1:3128"})
+					r.start(k, probe.Target{Address: "198.51.100.1:3128"}) //nolint:contextcheck // start takes no context by design: the probe runs with the runner's (probeRuns.Start).
 				}
 			})
 		}
