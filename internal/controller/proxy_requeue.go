@@ -69,6 +69,12 @@ func decideRequeue(obs observation, iv intervals) requeue {
 	case err == nil:
 		switch obs.wait {
 		case waitPoll:
+			// The provider may know when its instance is due (the guest
+			// agent of a booting VM): looking then, rather than at the next
+			// poll, sees it up to a poll interval sooner.
+			if obs.instance != nil && obs.instance.RecheckAfter > 0 {
+				return requeue{after: min(obs.instance.RecheckAfter, iv.poll)}
+			}
 			return requeue{after: iv.poll}
 		case waitResync:
 			if obs.nextProbe > 0 {

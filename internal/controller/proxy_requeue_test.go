@@ -32,6 +32,21 @@ func TestDecideRequeue(t *testing.T) {
 			args:   args{obs: observation{wait: waitPoll}},
 			want:   requeue{after: iv.poll},
 		},
+		"Instance due sooner than the poll": {
+			reason: "a provider that knows when its guest answers (the agent's boot time) gets the look then, not up to a poll later",
+			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: 2 * time.Second}}},
+			want:   requeue{after: 2 * time.Second},
+		},
+		"Instance due later than the poll": {
+			reason: "a hint never delays a look: the poll interval is what the administrator asked for",
+			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: time.Minute}}},
+			want:   requeue{after: iv.poll},
+		},
+		"Instance without a hint": {
+			reason: "a provider that cannot tell leaves the look to the poll interval",
+			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{State: provider.StateProvisioning}}},
+			want:   requeue{after: iv.poll},
+		},
 		"Ready": {
 			reason: "a Ready instance is looked at again after the resync interval",
 			args:   args{obs: observation{wait: waitResync}},

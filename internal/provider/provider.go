@@ -48,6 +48,12 @@ type Instance struct {
 	// instance's mark (not from the operator's memory), so that garbage
 	// collection can apply a grace period after a restart.
 	CreatedAt time.Time
+	// RecheckAfter is, for an instance that is not running with an address
+	// yet, when the provider expects a look to find it further: its guest
+	// agent is due to answer, say. The operator looks then, or at its poll
+	// interval if that comes sooner; a hint never delays a look. Zero
+	// leaves the next look to the poll interval. Only Get sets it.
+	RecheckAfter time.Duration
 }
 
 // Request is everything a provider needs to create one instance. It is built

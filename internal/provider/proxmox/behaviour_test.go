@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -370,4 +371,43 @@ func TestCallLogLines(t *testing.T) {
 	if _, ok := logLine(logs, "proxmox vm deleted", fmt.Sprintf(`"vmid"=%d`, vmid), `"name"="`+req.Name+`"`, `"destroyed"=true`); !ok {
 		t.Errorf("no `proxmox vm deleted` line with destroyed=true:\n%s", logs)
 	}
+}
+
+// TestGetSaysWhenTheAgentIsDue: while the seed installs the guest agent
+// (F21, F26: it answers 47 to 50 s after the start), Get of the booting VM
+// says when to look again. Before agentInstallSeconds of uptime the agent is
+// not asked and the hint is the time left until then; once it is asked and
+// does not answer yet, the hint is agentRecheck. The operator then sees the
+// address soon after the agent has it, not up to a poll interval later.
+func TestGetSaysWhenTheAgentIsDue(t *testing.T) {
+	// The agent never answers here (an hour of simulated time), so the VM
+	// stays in the two states the test looks at.
+	h := newHarnessYAML(t, "timings: {agentBoot: 3600s}\n", nil)
+	p := h.provider()
+	id := h.create(p, h.request("uid-agent-due", "proxy-agentdue00000001"))
+	const agentCall = "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"
+
+	var first provider.Instance
+	h.eventually("a hint before the agent is asked", func() bool {
+		inst, err := p.Get(h.ctx, id)
+		if err != nil && !provider.IsTransient(err) {
+			t.Fatalf("Get: %v", err)
+		}
+		first = inst
+		return err == nil && inst.RecheckAfter > 0
+	})
+	if first.State != provider.StateProvisioning || first.RecheckAfter > agentInstallSeconds*time.Second || first.RecheckAfter%time.Second != 0 {
+		t.Errorf("Get before the agent is due = %+v; want Provisioning, the whole seconds left until %d s of uptime", first, agentInstallSeconds)
+	}
+	if n := h.sim.Counters()[agentCall]; first.RecheckAfter < agentInstallSeconds*time.Second && n != 0 {
+		t.Errorf("the agent was asked %d times before it was due", n)
+	}
+
+	h.eventually("the agent asked and not answering", func() bool {
+		inst, err := p.Get(h.ctx, id)
+		if err != nil && !provider.IsTransient(err) {
+			t.Fatalf("Get: %v", err)
+		}
+		return err == nil && h.sim.Counters()[agentCall] > 0 && inst.State == provider.StateProvisioning && inst.RecheckAfter == agentRecheck
+	})
 }
