@@ -70,10 +70,11 @@ func decideRequeue(obs observation, iv intervals) requeue {
 		switch obs.wait {
 		case waitPoll:
 			// The provider may know when its instance is due (the guest
-			// agent of a booting VM): looking then, rather than at the next
-			// poll, sees it up to a poll interval sooner.
+			// agent of a booting VM): looking then sees it up to a poll
+			// interval sooner, and spares the looks before that, which
+			// would find nothing new. The resync interval bounds a hint.
 			if obs.instance != nil && obs.instance.RecheckAfter > 0 {
-				return requeue{after: min(obs.instance.RecheckAfter, iv.poll)}
+				return requeue{after: min(obs.instance.RecheckAfter, iv.resync)}
 			}
 			return requeue{after: iv.poll}
 		case waitResync:

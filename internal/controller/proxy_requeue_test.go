@@ -1,13 +1,18 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 )
 
 func TestDecideRequeue(t *testing.T) {
@@ -38,9 +43,14 @@ func TestDecideRequeue(t *testing.T) {
 			want:   requeue{after: 2 * time.Second},
 		},
 		"Instance due later than the poll": {
-			reason: "a hint never delays a look: the poll interval is what the administrator asked for",
-			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: time.Minute}}},
-			want:   requeue{after: iv.poll},
+			reason: "looks before the instance is due would find nothing new (a VM booting for 40 s): they are spared",
+			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: 40 * time.Second}}},
+			want:   requeue{after: 40 * time.Second},
+		},
+		"Instance due after the resync": {
+			reason: "the resync interval bounds a hint, as it bounds every other wait of a Proxy that is not latched",
+			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: time.Hour}}},
+			want:   requeue{after: iv.resync},
 		},
 		"Instance without a hint": {
 			reason: "a provider that cannot tell leaves the look to the poll interval",
@@ -130,5 +140,33 @@ func TestDecideRequeue(t *testing.T) {
 				t.Errorf("%s\ndecideRequeue(...): -want, +got:\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+// TestReconcileFollowsTheRecheckHint: a booting instance whose provider says
+// when it is due (Instance.RecheckAfter, which the proxmox provider sets for
+// the guest agent) is looked at then, through the reconcile's result, and
+// not at the poll interval.
+func TestReconcileFollowsTheRecheckHint(t *testing.T) {
+	fp := fakeprovider.New(nil)
+	fp.GetsUntilRunning, fp.RecheckAfter = 1, 3*time.Second
+	p := unitProxy()
+	c := crfake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(p).WithStatusSubresource(p).Build()
+	r := &ProxyReconciler{Client: c, APIReader: c, Config: unitConfig(t), Providers: map[string]provider.Provider{"lab": fp}}
+	r.defaults()
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
+	// The first reconcile creates the instance (its ID at once) and has not
+	// seen it yet; the second finds it booting, with the hint.
+	want := []time.Duration{r.PollInterval, 3 * time.Second}
+	var got []time.Duration
+	for i := range want {
+		res, err := r.Reconcile(context.Background(), req)
+		if err != nil {
+			t.Fatalf("reconcile %d: %v", i+1, err)
+		}
+		got = append(got, res.RequeueAfter)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requeue after each reconcile (-want +got):\n%s", diff)
 	}
 }

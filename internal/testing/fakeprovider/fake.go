@@ -74,6 +74,9 @@ type world struct {
 	// GetsUntilRunning is how many Get calls an instance answers
 	// Provisioning before it runs with an address. Zero runs at the first Get.
 	GetsUntilRunning int
+	// RecheckAfter is the hint of a Get that answers Provisioning
+	// (provider.Instance.RecheckAfter); zero gives none.
+	RecheckAfter time.Duration
 	// CreatesUntilDone is how many Create calls for a new instance answer
 	// InProgress before one returns its ID, as a provider whose create
 	// takes several steps (clone, configure, start) does. Zero returns the
@@ -374,7 +377,11 @@ func (f *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		f.addresses = f.addresses%250 + 1
 		in.Address = netip.AddrFrom4([4]byte{198, 51, 100, f.addresses})
 	}
-	return in.Instance, nil
+	out := in.Instance
+	if out.State == provider.StateProvisioning {
+		out.RecheckAfter = f.RecheckAfter
+	}
+	return out, nil
 }
 
 // Delete implements provider.Provider.
