@@ -381,8 +381,10 @@ func TestCallLogLines(t *testing.T) {
 // address soon after the agent has it, not up to a poll interval later.
 func TestGetSaysWhenTheAgentIsDue(t *testing.T) {
 	// The agent never answers here (an hour of simulated time), so the VM
-	// stays in the two states the test looks at.
-	h := newHarnessYAML(t, "timings: {agentBoot: 3600s}\n", nil)
+	// stays in the two states the test looks at. At speed 20 the 44 s before
+	// the first question last 2.2 s, long enough for the first Get to come
+	// before them on a loaded machine.
+	h := newHarnessYAML(t, "speed: 20\ntimings: {agentBoot: 3600s}\n", nil)
 	p := h.provider()
 	id := h.create(p, h.request("uid-agent-due", "proxy-agentdue00000001"))
 	const agentCall = "GET /nodes/{node}/qemu/{vmid}/agent/network-get-interfaces"

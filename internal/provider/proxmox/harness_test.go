@@ -100,10 +100,15 @@ func newHarness(t *testing.T, mod func(*Block)) *harness {
 	return newHarnessYAML(t, "", mod)
 }
 
-// newHarnessYAML is newHarness with extra top-level simulator YAML.
+// newHarnessYAML is newHarness with extra top-level simulator YAML; a
+// speed line in extra replaces simYAML's.
 func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 	t.Helper()
-	cfg, err := pvesim.ParseConfig([]byte(simYAML + extra))
+	simConfig := simYAML
+	if strings.HasPrefix(extra, "speed:") || strings.Contains(extra, "\nspeed:") {
+		simConfig = strings.Replace(simConfig, "\nspeed: 1000\n", "\n", 1)
+	}
+	cfg, err := pvesim.ParseConfig([]byte(simConfig + extra))
 	if err != nil {
 		t.Fatal(err)
 	}
