@@ -86,7 +86,7 @@ func main() {
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "Address of the liveness and readiness probes.")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "Elect a leader, so that only one replica acts.")
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's).")
-	fs.DurationVar(&f.pollInterval, "poll-interval", controller.DefaultPollInterval, "How often a Proxy that is not Ready is looked at, unless its provider says when it is due.")
+	fs.DurationVar(&f.pollInterval, "poll-interval", controller.DefaultPollInterval, "How often a Proxy that is not Ready is looked at (a provider may look sooner when it knows the instance is due).")
 	fs.DurationVar(&f.resyncInterval, "resync-interval", controller.DefaultResyncInterval, "How often a Ready Proxy's instance is looked at.")
 	fs.DurationVar(&f.healthInterval, "health-interval", controller.DefaultHealthInterval, "How often providers are checked for ProviderHealth.")
 	fs.DurationVar(&f.gcInterval, "gc-interval", controller.DefaultGCInterval, "How often orphaned instances are looked for.")

@@ -63,8 +63,8 @@ type ProxyReconciler struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// PollInterval is how often an instance that is not yet Ready is looked
-	// at, unless its provider says when it is due (Instance.RecheckAfter).
-	// Zero means DefaultPollInterval.
+	// at; a provider may bring a look forward (Instance.RecheckAfter). Zero
+	// means DefaultPollInterval.
 	PollInterval time.Duration
 	// ResyncInterval is how often a Ready instance is looked at. Zero means
 	// DefaultResyncInterval.

@@ -71,10 +71,12 @@ func decideRequeue(obs observation, iv intervals) requeue {
 		case waitPoll:
 			// The provider may know when its instance is due (the guest
 			// agent of a booting VM): looking then sees it up to a poll
-			// interval sooner, and spares the looks before that, which
-			// would find nothing new. The resync interval bounds a hint.
+			// interval sooner. A hint never delays a look: the provider
+			// reckons in its own time (a simulator's uptime runs faster
+			// than the wall clock), and the poll interval is what the
+			// administrator asked for.
 			if obs.instance != nil && obs.instance.RecheckAfter > 0 {
-				return requeue{after: min(obs.instance.RecheckAfter, iv.resync)}
+				return requeue{after: min(obs.instance.RecheckAfter, iv.poll)}
 			}
 			return requeue{after: iv.poll}
 		case waitResync:

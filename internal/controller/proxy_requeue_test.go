@@ -43,14 +43,9 @@ func TestDecideRequeue(t *testing.T) {
 			want:   requeue{after: 2 * time.Second},
 		},
 		"Instance due later than the poll": {
-			reason: "looks before the instance is due would find nothing new (a VM booting for 40 s): they are spared",
+			reason: "a hint never delays a look: the provider reckons in its own time (a simulator's uptime runs faster than the wall clock), and the poll interval is what the administrator asked for",
 			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: 40 * time.Second}}},
-			want:   requeue{after: 40 * time.Second},
-		},
-		"Instance due after the resync": {
-			reason: "the resync interval bounds a hint, as it bounds every other wait of a Proxy that is not latched",
-			args:   args{obs: observation{wait: waitPoll, instance: &provider.Instance{RecheckAfter: time.Hour}}},
-			want:   requeue{after: iv.resync},
+			want:   requeue{after: iv.poll},
 		},
 		"Instance without a hint": {
 			reason: "a provider that cannot tell leaves the look to the poll interval",

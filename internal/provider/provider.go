@@ -50,11 +50,9 @@ type Instance struct {
 	CreatedAt time.Time
 	// RecheckAfter is, for an instance that is not running with an address
 	// yet, when the provider expects a look to find it further: its guest
-	// agent is due to answer, say. The operator looks then, instead of at
-	// its poll interval, so set it only when a look before then would find
-	// nothing new (a stop during that time is seen when it comes); the
-	// operator's resync interval bounds it. Zero leaves the next look to
-	// the poll interval. Only Get sets it.
+	// agent is due to answer, say. The operator looks then, or at its poll
+	// interval if that comes sooner; a hint never delays a look. Zero
+	// leaves the next look to the poll interval. Only Get sets it.
 	RecheckAfter time.Duration
 }
 
