@@ -308,20 +308,27 @@ func (p *operatorProcess) pid() int { return p.cmd.Process.Pid }
 
 // get decodes the answer of a debug GET into v.
 func (p *operatorProcess) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.debug+path, nil)
+	return getJSON(ctx, p.hc, p.debug+path, "operator "+path, v)
+}
+
+// getJSON decodes the JSON answer of a GET of url into v; what names the
+// request in errors. The bench reads its child processes' debug and admin
+// endpoints with it.
+func getJSON(ctx context.Context, hc *http.Client, url, what string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return fmt.Errorf("operator %s: %w", path, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
-	resp, err := p.hc.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("operator %s: %w", path, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("operator %s: %s", path, resp.Status)
+		return fmt.Errorf("%s: %s", what, resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("operator %s: %w", path, err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

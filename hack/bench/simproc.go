@@ -130,22 +130,7 @@ func (s *simProcess) stop() {
 
 // adminGet decodes the answer of an admin GET into v.
 func (s *simProcess) adminGet(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.admin+path, nil)
-	if err != nil {
-		return fmt.Errorf("pvesim admin %s: %w", path, err)
-	}
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("pvesim admin %s: %w", path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("pvesim admin %s: %s", path, resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("pvesim admin %s: %w", path, err)
-	}
-	return nil
+	return getJSON(ctx, s.hc, s.admin+path, "pvesim admin "+path, v)
 }
 
 // counters returns the simulator's call counts and response bytes by call.

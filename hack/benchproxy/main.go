@@ -21,6 +21,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/hack/internal/procfs"
 )
 
 // options bound a run.
@@ -190,12 +192,8 @@ func scenarioNames() []string {
 // /proc/loadavg: the run shares the machine, and the tables say how busy
 // it was.
 func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	if f := strings.Fields(string(b)); len(f) > 0 {
-		return f[0]
+	if la := procfs.LoadAverage(); la != nil {
+		return la[0]
 	}
 	return "unknown"
 }

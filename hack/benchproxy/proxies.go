@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -11,7 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
-	"strconv"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egress-proxies/egress-proxies-operator/hack/internal/procfs"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -120,51 +122,16 @@ type proxyProc struct {
 // CPU are summed over them.
 func (p *proxyProc) pids() []int {
 	root := p.cmd.Process.Pid
-	out := []int{root}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := statFields(string(b))
-		if len(f) > 1 && f[1] == strconv.Itoa(root) {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
-
-// statFields returns the fields of /proc/<pid>/stat after the command name:
-// [0] is the state, [1] the parent's pid, [11] utime, [12] stime.
-func statFields(stat string) []string {
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(stat[i+1:])
+	return append([]int{root}, slices.Sorted(maps.Keys(procfs.Children(root)))...)
 }
 
 // cpuSeconds is the CPU time (user and system) the proxy's processes used.
 func (p *proxyProc) cpuSeconds() float64 {
-	const ticks = 100 // USER_HZ on Linux
 	var total float64
 	for _, pid := range p.pids() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
+		if st, err := procfs.ReadStat(pid); err == nil {
+			total += st.CPUSeconds()
 		}
-		f := statFields(string(b))
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseFloat(f[11], 64)
-		s, _ := strconv.ParseFloat(f[12], 64)
-		total += (u + s) / ticks
 	}
 	return total
 }
@@ -173,15 +140,8 @@ func (p *proxyProc) cpuSeconds() float64 {
 func (p *proxyProc) rssKiB() int64 {
 	var total int64
 	for _, pid := range p.pids() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-		if err != nil {
-			continue
-		}
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-				total += kb
-			}
+		if m, err := procfs.ReadMemory(pid); err == nil {
+			total += int64(m.RSS >> 10)
 		}
 	}
 	return total
