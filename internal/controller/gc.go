@@ -141,6 +141,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 			}
 			continue
 		}
+		passErr := false
 		for _, in := range instances {
 			switch {
 			case in.OwnerUID == "" || in.CreatedAt.IsZero():
@@ -160,6 +161,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 				continue
 			case err != nil:
 				log.Info("deleting an orphaned instance failed; retrying at the next pass", "provider", name, "instanceID", in.ID, "error", err.Error())
+				passErr = true
 				if firstErr == nil {
 					firstErr = err
 				}
@@ -176,6 +178,10 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 				g.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, "OrphanDeleted", "GarbageCollect",
 					"Deleted instance %s (%s): its Proxy (UID %s) no longer exists", in.ID, in.Name, in.OwnerUID)
 			}
+		}
+		// The alert on garbage collection not running reads this.
+		if !passErr && g.Metrics != nil {
+			g.Metrics.GCLastSuccess.WithLabelValues(name).Set(float64(now().UnixNano()) / 1e9)
 		}
 	}
 	return deleted, firstErr

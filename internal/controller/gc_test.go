@@ -72,6 +72,11 @@ func TestGarbageCollectionDeletesOnlyOldOrphansOfOurs(t *testing.T) {
 	if got := testutil.ToFloat64(m.GCDeletions.WithLabelValues("lab")); got != 1 {
 		t.Errorf("gc deletions metric = %v, want 1", got)
 	}
+	// The alert on garbage collection not running reads when a pass last
+	// completed.
+	if got, want := testutil.ToFloat64(m.GCLastSuccess.WithLabelValues("lab")), float64(now.UnixNano())/1e9; got != want {
+		t.Errorf("gc last success metric = %v, want %v (now)", got, want)
+	}
 
 	// A second pass finds nothing more: the rules are stable.
 	if deleted, err := gc.RunOnce(ctx); err != nil || deleted != 0 {
@@ -87,9 +92,13 @@ func TestGarbageCollectionSkipsAnEntryWhoseListingFails(t *testing.T) {
 	broken.FailNext(provider.OpListByTag, 1, provider.NewTransient(context.DeadlineExceeded))
 	healthy := fakeprovider.New(nil)
 	healthy.AddInstance(provider.Instance{ID: "fake/1", Name: "orphan", OwnerUID: "gone", CreatedAt: now.Add(-time.Hour)}, true)
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
 	gc := &controller.GarbageCollector{
 		Reader: k8s, Providers: map[string]provider.Provider{"a-broken": broken, "b-healthy": healthy},
-		GracePeriod: time.Minute, Now: func() time.Time { return now },
+		GracePeriod: time.Minute, Now: func() time.Time { return now }, Metrics: m,
 	}
 	deleted, err := gc.RunOnce(ctx)
 	if err == nil {
@@ -97,6 +106,13 @@ func TestGarbageCollectionSkipsAnEntryWhoseListingFails(t *testing.T) {
 	}
 	if deleted != 1 || len(healthy.Instances()) != 0 {
 		t.Errorf("the healthy entry must still be collected: deleted %d, left %d", deleted, len(healthy.Instances()))
+	}
+	// Only the entry whose pass completed counts as collected.
+	if n := testutil.CollectAndCount(m.GCLastSuccess); n != 1 {
+		t.Errorf("gc last success has %d series, want 1 (b-healthy only)", n)
+	}
+	if got := testutil.ToFloat64(m.GCLastSuccess.WithLabelValues("b-healthy")); got == 0 {
+		t.Error("gc last success of b-healthy not set")
 	}
 }
 

@@ -115,6 +115,9 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		if err := o.Registerer.Register(&metrics.ProxiesCollector{Reader: mgr.GetClient()}); err != nil {
 			return fmt.Errorf("registering the proxies collector: %w", err)
 		}
+		if err := o.Registerer.Register(&metrics.ObjectsCollector{Reader: mgr.GetClient()}); err != nil {
+			return fmt.Errorf("registering the pools and provider health collector: %w", err)
+		}
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ type Metrics struct {
 	// GCDeletions counts orphaned instances deleted by garbage collection, by
 	// entry.
 	GCDeletions *prometheus.CounterVec
+	// GCLastSuccess is when garbage collection last completed a pass over
+	// an entry (its listing and every deletion it tried succeeded), in
+	// seconds since the epoch, by entry.
+	GCLastSuccess *prometheus.GaugeVec
 	// ProbeDuration observes passed probes through proxies, by entry.
 	ProbeDuration *prometheus.HistogramVec
 	// ProbeFailures counts failed probes through proxies, by entry.
@@ -74,6 +78,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "gc_deletions_total",
 			Help:      "Orphaned instances (whose Proxy no longer exists) deleted by garbage collection, by provider entry.",
 		}, []string{"provider"}),
+		GCLastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "gc_last_success_timestamp_seconds",
+			Help:      "When garbage collection last completed a pass over the provider entry without an error, in seconds since the epoch.",
+		}, []string{"provider"}),
 		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "probe_duration_seconds",
@@ -101,7 +110,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:      "Pool members replaced by rotation, by namespace, pool and reason (maxAge, requested, template, probe).",
 		}, []string{"namespace", "pool", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.ProviderCallDuration, m.ProviderCallErrors, m.CreateToReady, m.Replacements, m.GCDeletions,
+	for _, c := range []prometheus.Collector{m.ProviderCallDuration, m.ProviderCallErrors, m.CreateToReady, m.Replacements, m.GCDeletions, m.GCLastSuccess,
 		m.ProbeDuration, m.ProbeFailures, m.PoolMembers, m.PoolServing, m.PoolRotations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
