@@ -27,12 +27,12 @@ manifests: ## Regenerate the CRDs and RBAC (config/crd, config/rbac) from the Go
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate
-generate: manifests ## Regenerate the deepcopy code of api/ (and, through manifests, the CRDs and RBAC).
+generate: manifests chart-files ## Regenerate the deepcopy code of api/ (and, through manifests, the CRDs and RBAC; through chart-files, the chart's copies).
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 # GENERATED are the outputs of `make generate`, and only those: files a user
 # is told to edit (config/manager/providers.yaml, samples) are not checked.
-GENERATED := config/crd/bases config/rbac/role.yaml ':(glob)api/**/zz_generated.deepcopy.go'
+GENERATED := config/crd/bases config/rbac/role.yaml ':(glob)api/**/zz_generated.deepcopy.go' charts/egress-proxies-operator/files
 
 .PHONY: verify-generated
 verify-generated: generate ## Fail when generated files are not current (run `make generate` and commit).
@@ -193,3 +193,32 @@ proxmox-token-secret: ## Create the Secret proxmox-token from PROXMOX_TOKEN_FILE
 kvm-ssh-secret: ## Create the Secret kvm-ssh from KVM_SSH_KEY_FILE (and KVM_SSH_KNOWN_HOSTS_FILE) after checking it holds a PRIVATE KEY (KUBECTL; never prints it).
 	@KVM_SSH_KEY_FILE="$(KVM_SSH_KEY_FILE)" KVM_SSH_KNOWN_HOSTS_FILE="$(KVM_SSH_KNOWN_HOSTS_FILE)" KUBECTL="$(KUBECTL)" NAMESPACE="$(NAMESPACE)" \
 		hack/kvm-ssh-secret.sh
+
+##@ Helm chart and monitoring pack (issue 24)
+
+CHART         := charts/egress-proxies-operator
+HELM          := $(TOOLS) helm
+# What the chart reads with .Files: copies of config/, never edited by hand.
+CHART_FILES   := $(CHART)/files
+CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml
+
+.PHONY: chart-files
+chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts and dashboard from config/ into the chart (part of generate).
+	@rm -rf $(CHART_FILES) && mkdir -p $(CHART_FILES)/crds $(CHART_FILES)/rbac $(CHART_FILES)/monitoring
+	@cp config/crd/bases/*.yaml $(CHART_FILES)/crds/
+	@for f in $(CHART_RBAC); do cp config/rbac/$$f $(CHART_FILES)/rbac/; done
+	@cp config/manager/providers.yaml $(CHART_FILES)/providers.yaml
+	@cp config/prometheus/rules/prometheus_rule.yaml config/prometheus/dashboard/egress-proxies.json $(CHART_FILES)/monitoring/
+
+# The chart is versioned with the operator: VERSION, when it is a release
+# (x.y.z), is the chart's version and appVersion.
+.PHONY: helm-package
+helm-package: chart-files ## Package the chart into dist/ (VERSION=x.y.z sets its version and appVersion).
+	@mkdir -p dist
+	@case "$(VERSION)" in dev) $(HELM) package $(CHART) -d dist ;; \
+	  *) $(HELM) package $(CHART) -d dist --version "$(VERSION)" --app-version "$(VERSION)" ;; esac
+
+.PHONY: helm-lint
+helm-lint: ## Lint the chart with its default values and with every optional part on.
+	$(HELM) lint --strict $(CHART)
+	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/all-on-values.yaml

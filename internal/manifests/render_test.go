@@ -446,32 +446,7 @@ func TestDefaultChecksFail(t *testing.T) {
 // and namespace-role is bound cluster-wide, and every other check of the
 // default holds, except the one this choice gives up.
 func TestAllNamespaces(t *testing.T) {
-	fsys := filesys.MakeFsInMemory()
-	root := filepath.Join(repoRoot(t), "config")
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		if rel == filepath.Join("default", "kustomization.yaml") {
-			swapped := strings.Replace(string(data), "- ../namespaces\n", "- ../all-namespaces\n", 1)
-			if swapped == string(data) {
-				t.Fatal("config/default/kustomization.yaml does not list the component ../namespaces")
-			}
-			data = []byte(swapped)
-		}
-		return fsys.WriteFile(filepath.Join(string(filepath.Separator), "config", rel), data)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys := swappedConfigTree(t, "- ../namespaces\n", "- ../all-namespaces\n")
 	b, err := decode(decoder(t), renderDocsIn(t, fsys, "/config/default"))
 	if err != nil {
 		t.Fatal(err)
@@ -500,6 +475,39 @@ func TestAllNamespaces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// swappedConfigTree copies config/ into memory with old replaced by repl in
+// config/default/kustomization.yaml, which must hold old.
+func swappedConfigTree(t *testing.T, old, repl string) filesys.FileSystem {
+	t.Helper()
+	fsys := filesys.MakeFsInMemory()
+	root := filepath.Join(repoRoot(t), "config")
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		if rel == filepath.Join("default", "kustomization.yaml") {
+			swapped := strings.Replace(string(data), old, repl, 1)
+			if swapped == string(data) {
+				t.Fatalf("config/default/kustomization.yaml does not hold %q", old)
+			}
+			data = []byte(swapped)
+		}
+		return fsys.WriteFile(filepath.Join(string(filepath.Separator), "config", rel), data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fsys
 }
 
 // TestDecodeRejects: a document is decoded strictly into a known kind.
