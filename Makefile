@@ -59,7 +59,7 @@ envtest: ## Build (once, cached) the kube-apiserver and etcd that envtest runs.
 	@hack/envtest/setup.sh >/dev/null
 
 .PHONY: test
-test: verify-generated vet libvirt-world ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
+test: verify-generated vet libvirt-world prometheus-tools ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
 	@assets=$$(hack/envtest/setup.sh) && \
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 30m ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
@@ -222,3 +222,7 @@ helm-package: chart-files ## Package the chart into dist/ (VERSION=x.y.z sets it
 helm-lint: ## Lint the chart with its default values and with every optional part on.
 	$(HELM) lint --strict $(CHART)
 	$(HELM) lint --strict $(CHART) -f $(CHART)/ci/all-on-values.yaml
+
+.PHONY: prometheus-tools
+prometheus-tools: ## Install Debian's prometheus package (prometheus, promtool) when missing, for internal/monitoring.
+	@hack/prometheus/install.sh
