@@ -1,0 +1,20 @@
+// Command kubectl-egress is the kubectl plugin of egress-proxies-operator:
+// `kubectl egress status|url|rotate|retry|release` (docs/kubectl-plugin.md).
+// Install it with
+//
+//	go install github.com/egress-proxies/egress-proxies-operator/cmd/kubectl-egress@latest
+//
+// or with krew (plugins/krew/egress.yaml).
+package main
+
+import (
+	"os"
+
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/kubectlegress"
+)
+
+func main() {
+	os.Exit(kubectlegress.Run(os.Args[1:], genericclioptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}))
+}
