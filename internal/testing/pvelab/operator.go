@@ -6,10 +6,12 @@ import (
 	"fmt"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
@@ -49,6 +51,14 @@ type OperatorOptions struct {
 	Log logr.Logger
 	// Tracer starts the operator's spans; nil traces nothing.
 	Tracer trace.Tracer
+	// Metrics is the manager's metrics server; the zero value serves none.
+	// A run that serves them registers the operator's metrics on
+	// Registerer, which should then be controller-runtime's registry (the
+	// one the server serves), as the binary does.
+	Metrics metricsserver.Options
+	// Registerer receives the operator's metrics; nil is a registry of
+	// their own that nothing serves.
+	Registerer prometheus.Registerer
 }
 
 // NewProvider builds the proxmox provider of the lab's entry, as the
@@ -80,7 +90,8 @@ func (l *Lab) StartOperator(ctx context.Context, o OperatorOptions) (stop func()
 	so := setup.Options{
 		RestConfig: restConfig,
 		Config:     l.Config,
-		Manager:    ctrl.Options{Scheme: o.Scheme},
+		Manager:    ctrl.Options{Scheme: o.Scheme, Metrics: o.Metrics},
+		Registerer: o.Registerer,
 		Controller: o.Controller,
 		Ownership:  o.Ownership,
 		Log:        o.Log,
