@@ -15,7 +15,11 @@ import (
 
 // annotate merge-patches one annotation onto obj.
 func annotate(ctx context.Context, c client.Client, obj client.Object, key, value string) error {
-	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	orig, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("%T is not an object", obj)
+	}
+	patch := client.MergeFrom(orig)
 	ann := obj.GetAnnotations()
 	if ann == nil {
 		ann = map[string]string{}
@@ -53,7 +57,7 @@ func (o *options) rotateCommand() *cobra.Command {
 			if err := annotate(cmd.Context(), c, &pool, crawlv1alpha1.AnnotationRotate, value); err != nil {
 				return fmt.Errorf("asking pool %s/%s to rotate: %w", ns, pool.Name, err)
 			}
-			fmt.Fprintf(o.streams.Out, "proxypool %s/%s: rotation of %s requested\n", ns, pool.Name, value)
+			_, _ = fmt.Fprintf(o.streams.Out, "proxypool %s/%s: rotation of %s requested\n", ns, pool.Name, value)
 			return nil
 		},
 	}
@@ -79,7 +83,7 @@ func (o *options) retryCommand() *cobra.Command {
 			if err := annotate(cmd.Context(), c, &p, crawlv1alpha1.AnnotationRetry, time.Now().UTC().Format(time.RFC3339)); err != nil {
 				return fmt.Errorf("annotating proxy %s/%s: %w", ns, p.Name, err)
 			}
-			fmt.Fprintf(o.streams.Out, "proxy %s/%s: retry requested\n", ns, p.Name)
+			_, _ = fmt.Fprintf(o.streams.Out, "proxy %s/%s: retry requested\n", ns, p.Name)
 			return nil
 		},
 	}
@@ -110,7 +114,7 @@ func (o *options) releaseCommand() *cobra.Command {
 			if p.DeletionTimestamp.IsZero() {
 				return fmt.Errorf("proxy %s/%s is not being deleted: delete it first (kubectl delete proxy -n %s %s); release is for a deletion stuck because its provider entry is gone", ns, p.Name, ns, p.Name)
 			}
-			fmt.Fprintf(o.streams.ErrOut, "WARNING: releasing proxy %s/%s leaves its instance %q on provider %s, with its disks and its seed (the proxy's credentials). Remove it by hand.\n",
+			_, _ = fmt.Fprintf(o.streams.ErrOut, "WARNING: releasing proxy %s/%s leaves its instance %q on provider %s, with its disks and its seed (the proxy's credentials). Remove it by hand.\n",
 				ns, p.Name, p.Status.InstanceName, p.Spec.Provider)
 			if !yes {
 				return errNotConfirmed
@@ -118,7 +122,7 @@ func (o *options) releaseCommand() *cobra.Command {
 			if err := annotate(cmd.Context(), c, &p, crawlv1alpha1.AnnotationReleaseFinalizer, "true"); err != nil {
 				return fmt.Errorf("annotating proxy %s/%s: %w", ns, p.Name, err)
 			}
-			fmt.Fprintf(o.streams.Out, "proxy %s/%s: release requested; the operator emits the Warning event ReleasedWithoutCleanup when it lets it go\n", ns, p.Name)
+			_, _ = fmt.Fprintf(o.streams.Out, "proxy %s/%s: release requested; the operator emits the Warning event ReleasedWithoutCleanup when it lets it go\n", ns, p.Name)
 			return nil
 		},
 	}

@@ -111,10 +111,10 @@ func (w *world) run(args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-func (w *world) proxy(t *testing.T, name string) *crawlv1alpha1.Proxy {
+func (w *world) proxy(ctx context.Context, t *testing.T, name string) *crawlv1alpha1.Proxy {
 	t.Helper()
 	var p crawlv1alpha1.Proxy
-	mustDo(t, env.Client.Get(context.Background(), client.ObjectKey{Namespace: w.ns, Name: name}, &p))
+	mustDo(t, env.Client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: name}, &p))
 	return &p
 }
 
@@ -237,7 +237,7 @@ func TestActions(t *testing.T) {
 		if code, _, errOut := w.run("retry", "broken", "-n", w.ns); code != 0 {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
-		if _, ok := w.proxy(t, "broken").Annotations[crawlv1alpha1.AnnotationRetry]; !ok {
+		if _, ok := w.proxy(ctx, t, "broken").Annotations[crawlv1alpha1.AnnotationRetry]; !ok {
 			t.Error("no retry annotation")
 		}
 	})
@@ -255,12 +255,12 @@ func TestActions(t *testing.T) {
 	})
 	t.Run("release", func(t *testing.T) {
 		// Held by a finalizer, as the operator's would hold it.
-		p := w.proxy(t, "broken")
+		p := w.proxy(ctx, t, "broken")
 		p.Finalizers = []string{"test.example.com/hold"}
 		mustDo(t, env.Client.Update(ctx, p))
 		mustDo(t, env.Client.Delete(ctx, p))
 		t.Cleanup(func() {
-			p := w.proxy(t, "broken")
+			p := w.proxy(ctx, t, "broken")
 			p.Finalizers = nil
 			_ = env.Client.Update(ctx, p)
 		})
@@ -268,13 +268,13 @@ func TestActions(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "WARNING: releasing proxy") || !strings.Contains(errOut, "run again with --yes") {
 			t.Errorf("without --yes: exit %d, %q; want 1, the warning and how to confirm", code, errOut)
 		}
-		if _, ok := w.proxy(t, "broken").Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; ok {
+		if _, ok := w.proxy(ctx, t, "broken").Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; ok {
 			t.Error("released without --yes")
 		}
 		if code, _, errOut := w.run("release", "broken", "-n", w.ns, "--yes"); code != 0 {
 			t.Fatalf("--yes: exit %d: %s", code, errOut)
 		}
-		if _, ok := w.proxy(t, "broken").Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; !ok {
+		if _, ok := w.proxy(ctx, t, "broken").Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; !ok {
 			t.Error("no release annotation")
 		}
 	})

@@ -52,7 +52,7 @@ func Run(args []string, streams genericclioptions.IOStreams) int {
 func run(cmd *cobra.Command, args []string, errOut io.Writer) int {
 	cmd.SetArgs(args)
 	if err := cmd.Execute(); err != nil {
-		fmt.Fprintf(errOut, "error: %v\n", err)
+		_, _ = fmt.Fprintf(errOut, "error: %v\n", err)
 		return 1
 	}
 	return 0

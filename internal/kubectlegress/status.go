@@ -160,27 +160,27 @@ func printReport(w io.Writer, r *Report, output string) error {
 	}
 	wide := output == "wide"
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROVIDER\tTYPE\tHEALTHY\tREASON")
+	_, _ = fmt.Fprintln(tw, "PROVIDER\tTYPE\tHEALTHY\tREASON")
 	for _, p := range r.Providers {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Type, p.Healthy, p.Reason)
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, p.Type, p.Healthy, p.Reason)
 	}
-	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "POOL\tDESIRED\tMEMBERS\tREADY\tSERVING\tADDRESSES")
+	_, _ = fmt.Fprintln(tw)
+	_, _ = fmt.Fprintln(tw, "POOL\tDESIRED\tMEMBERS\tREADY\tSERVING\tADDRESSES")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\n", p.Namespace, p.Name, p.Desired, p.Members, p.Ready, p.Serving, p.DistinctAddresses)
+		_, _ = fmt.Fprintf(tw, "%s/%s\t%d\t%d\t%d\t%d\t%d\n", p.Namespace, p.Name, p.Desired, p.Members, p.Ready, p.Serving, p.DistinctAddresses)
 	}
-	fmt.Fprintln(tw)
+	_, _ = fmt.Fprintln(tw)
 	if wide {
-		fmt.Fprintln(tw, "PROXY\tPHASE\tPROVIDER\tZONE\tSERVING\tREASON\tADDRESS\tEGRESS")
+		_, _ = fmt.Fprintln(tw, "PROXY\tPHASE\tPROVIDER\tZONE\tSERVING\tREASON\tADDRESS\tEGRESS")
 	} else {
-		fmt.Fprintln(tw, "PROXY\tPHASE\tPROVIDER\tZONE\tSERVING\tREASON")
+		_, _ = fmt.Fprintln(tw, "PROXY\tPHASE\tPROVIDER\tZONE\tSERVING\tREASON")
 	}
 	for _, p := range r.Proxies {
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%t\t%s", p.Namespace, p.Name, p.Phase, p.Provider, p.Zone, p.Serving, p.Reason)
+		_, _ = fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%t\t%s", p.Namespace, p.Name, p.Phase, p.Provider, p.Zone, p.Serving, p.Reason)
 		if wide {
-			fmt.Fprintf(tw, "\t%s\t%s", p.Address, p.EgressIP)
+			_, _ = fmt.Fprintf(tw, "\t%s\t%s", p.Address, p.EgressIP)
 		}
-		fmt.Fprintln(tw)
+		_, _ = fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -198,9 +198,9 @@ func printReport(w io.Writer, r *Report, output string) error {
 		}
 	}
 	if len(notReady) > 0 {
-		fmt.Fprintln(w, "\nNot ready:")
+		_, _ = fmt.Fprintln(w, "\nNot ready:")
 		for _, l := range notReady {
-			fmt.Fprintln(w, "  "+l)
+			_, _ = fmt.Fprintln(w, "  "+l)
 		}
 	}
 	return nil

@@ -34,7 +34,7 @@ func (o *options) urlCommand() *cobra.Command {
 				if !showPassword {
 					u = redact(u)
 				}
-				fmt.Fprintln(o.streams.Out, u)
+				_, _ = fmt.Fprintln(o.streams.Out, u)
 			}
 			return nil
 		},

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -35,7 +34,7 @@ const (
 var (
 	helmOnce sync.Once
 	helmPath string
-	helmErr  error
+	errHelm  error
 )
 
 // helmBin returns the helm pinned in tools/go.mod, built once per test
@@ -45,7 +44,8 @@ func helmBin(t *testing.T) string {
 	helmOnce.Do(func() {
 		goBin, err := exec.LookPath("go")
 		if err != nil {
-			goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			errHelm = fmt.Errorf("building helm needs go on the PATH: %w", err)
+			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), helmCmdTimeout)
 		defer cancel()
@@ -55,13 +55,13 @@ func helmBin(t *testing.T) string {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			helmErr = fmt.Errorf("building helm from tools/go.mod: %w: %s", err, stderr.String())
+			errHelm = fmt.Errorf("building helm from tools/go.mod: %w: %s", err, stderr.String())
 			return
 		}
 		helmPath = strings.TrimSpace(string(out))
 	})
-	if helmErr != nil {
-		t.Fatal(helmErr)
+	if errHelm != nil {
+		t.Fatal(errHelm)
 	}
 	return helmPath
 }
@@ -154,7 +154,7 @@ func index(t *testing.T, docs [][]byte) map[objKey]object {
 
 // at walks o along path and returns the map there, or nil.
 func at(o object, path ...string) map[string]any {
-	cur := map[string]any(o)
+	cur := o
 	for _, p := range path {
 		next, ok := cur[p].(map[string]any)
 		if !ok {
@@ -481,7 +481,7 @@ func TestChartFilesAreCopies(t *testing.T) {
 		"files/rbac/metrics_auth_role.yaml":     "config/rbac/metrics_auth_role.yaml",
 		"files/rbac/metrics_reader_role.yaml":   "config/rbac/metrics_reader_role.yaml",
 	}
-	crds, err := filepath.Glob(filepath.Join(root, "config/crd/bases/*.yaml"))
+	crds, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	if err != nil || len(crds) == 0 {
 		t.Fatalf("no CRDs in config/crd/bases (%v)", err)
 	}
@@ -593,7 +593,7 @@ func TestChartOptionalParts(t *testing.T) {
 		if len(eps) != 1 {
 			t.Fatalf("endpoints: %v", eps)
 		}
-		ep := eps[0].(map[string]any)
+		ep := as[map[string]any](t, eps[0])
 		if ep["interval"] != "30s" || ep["scrapeTimeout"] != "10s" || ep["scheme"] != "https" || ep["port"] != "https" {
 			t.Errorf("endpoint %v: want interval 30s, scrapeTimeout 10s, https on port https", ep)
 		}
@@ -603,7 +603,7 @@ func TestChartOptionalParts(t *testing.T) {
 	})
 	t.Run("PrometheusRule", func(t *testing.T) {
 		pr := get("PrometheusRule", releaseNS, prefix+"alerts")
-		src, err := os.ReadFile(filepath.Join(repoRoot(t), "config/prometheus/rules/prometheus_rule.yaml"))
+		src, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "prometheus", "rules", "prometheus_rule.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -612,9 +612,9 @@ func TestChartOptionalParts(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The chart adds additionalAlertLabels to every alert, and nothing else.
-		for _, g := range at(want, "spec")["groups"].([]any) {
-			for _, r := range g.(map[string]any)["rules"].([]any) {
-				at(r.(map[string]any), "labels")["team"] = "platform"
+		for _, g := range as[[]any](t, at(want, "spec")["groups"]) {
+			for _, r := range as[[]any](t, as[map[string]any](t, g)["rules"]) {
+				at(as[map[string]any](t, r), "labels")["team"] = "platform"
 			}
 		}
 		if diff := cmp.Diff(at(want, "spec"), at(pr, "spec")); diff != "" {
@@ -629,7 +629,7 @@ func TestChartOptionalParts(t *testing.T) {
 		if got := at(cm, "metadata", "annotations")["grafana_folder"]; got != "Egress proxies" {
 			t.Errorf("annotation grafana_folder = %v", got)
 		}
-		src, err := os.ReadFile(filepath.Join(repoRoot(t), "config/prometheus/dashboard/egress-proxies.json"))
+		src, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "prometheus", "dashboard", "egress-proxies.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -671,8 +671,8 @@ func TestChartOptionalParts(t *testing.T) {
 		d := get("Deployment", releaseNS, prefix+"controller-manager")
 		c := managerContainer(d)
 		var args []string
-		for _, a := range c["args"].([]any) {
-			args = append(args, a.(string))
+		for _, a := range as[[]any](t, c["args"]) {
+			args = append(args, as[string](t, a))
 		}
 		want := []string{
 			"--leader-elect", "--health-probe-bind-address=:8081", "--providers-config=/etc/proxy-operator/config/providers.yaml",
@@ -686,9 +686,9 @@ func TestChartOptionalParts(t *testing.T) {
 			t.Errorf("args (-want +got):\n%s", diff)
 		}
 		env := map[string]any{}
-		for _, e := range c["env"].([]any) {
-			m := e.(map[string]any)
-			env[m["name"].(string)] = m["value"]
+		for _, e := range as[[]any](t, c["env"]) {
+			m := as[map[string]any](t, e)
+			env[as[string](t, m["name"])] = m["value"]
 		}
 		for name, value := range map[string]string{
 			"OPERATOR_IMAGE":              "registry.example.com/egress/egress-proxies-operator:v0.1.0",
@@ -752,7 +752,8 @@ func TestChartSwitches(t *testing.T) {
 		if n := count(objs, "ConfigMap"); n != 0 {
 			t.Errorf("%d ConfigMaps rendered; the existing one is the administrator's", n)
 		}
-		got, _ := yaml.Marshal(at(objs[objKey{"Deployment", releaseNS, releaseName + "-controller-manager"}], "spec", "template", "spec")["volumes"].([]any)[0])
+		volumes := as[[]any](t, at(objs[objKey{"Deployment", releaseNS, releaseName + "-controller-manager"}], "spec", "template", "spec")["volumes"])
+		got, _ := yaml.Marshal(volumes[0])
 		if !strings.Contains(string(got), "name: my-providers") {
 			t.Errorf("the providers volume does not name my-providers:\n%s", got)
 		}
@@ -777,4 +778,14 @@ func TestChartSwitches(t *testing.T) {
 			t.Errorf("%d Namespaces rendered", n)
 		}
 	})
+}
+
+// as asserts v's type, failing the test instead of panicking.
+func as[T any](t *testing.T, v any) T {
+	t.Helper()
+	x, ok := v.(T)
+	if !ok {
+		t.Fatalf("%v is a %T, want a %T", v, v, x)
+	}
+	return x
 }

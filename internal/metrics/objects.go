@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -78,7 +78,7 @@ func (c *ObjectsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for i := range health.Items {
 		h := &health.Items[i]
-		cond := meta.FindStatusCondition(h.Status.Conditions, crawlv1alpha1.ConditionHealthy)
+		cond := apimeta.FindStatusCondition(h.Status.Conditions, crawlv1alpha1.ConditionHealthy)
 		if cond == nil || cond.Status == metav1.ConditionUnknown {
 			continue
 		}

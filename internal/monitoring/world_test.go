@@ -46,14 +46,18 @@ func loopbackPort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	defer func() { _ = l.Close() }()
+	a, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		t.Fatalf("listener address %v", l.Addr())
+	}
+	return a.Port
 }
 
 // startPrometheus runs Debian's prometheus on loopback, scraping only the
 // operator's metrics on loopback every second and evaluating the alerts,
 // and returns its address.
-func startPrometheus(t *testing.T, ctx context.Context, target string) string {
+func startPrometheus(ctx context.Context, t *testing.T, target string) string {
 	t.Helper()
 	dir, _ := writeRules(t)
 	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
@@ -84,14 +88,20 @@ scrape_configs:
 			t.Logf("prometheus log:\n%s", out)
 		}
 	})
-	poll.Until(t, 2*time.Minute, func() (bool, string) {
-		resp, err := http.Get("http://" + addr + "/-/ready") //nolint:noctx // a readiness poll on loopback
+	if err := poll.Wait(ctx, 2*time.Minute, func() (bool, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/-/ready", nil)
 		if err != nil {
 			return false, err.Error()
 		}
-		resp.Body.Close()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, "prometheus not ready: " + resp.Status
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	return addr
 }
 
@@ -119,7 +129,7 @@ func query(ctx context.Context, addr, q string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var r promResult
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 		return 0, err
@@ -140,7 +150,7 @@ func query(ctx context.Context, addr, q string) (int, error) {
 // Grafana's $__rate_interval as 5m.
 func dashboardQueries(t *testing.T) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config/prometheus/dashboard/egress-proxies.json"))
+	data, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "prometheus", "dashboard", "egress-proxies.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +250,7 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stop() })
-	prom := startPrometheus(t, ctx, metricsAddr)
+	prom := startPrometheus(ctx, t, metricsAddr)
 
 	spec := crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}
 	create := func(o client.Object) {
@@ -267,7 +277,7 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	vmOf := func(name string) int {
 		t.Helper()
 		var p crawlv1alpha1.Proxy
-		poll.Until(t, 3*time.Minute, func() (bool, string) {
+		waitFor(ctx, t, 3*time.Minute, func() (bool, string) {
 			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: name}, &p); err != nil {
 				return false, err.Error()
 			}
@@ -293,14 +303,14 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	orphan := provider.Request{OwnerUID: "uid-of-a-deleted-proxy", Owner: provider.ObjectRef{Namespace: ns.Name, Name: "gone"},
 		Name: "orphan-" + ns.Name, Zone: lab.Zones[0], MachineType: pvelab.MachineType, Image: pvelab.Image,
 		UserData: provider.NewSensitive([]byte("#cloud-config\n"))}
-	poll.Until(t, 3*time.Minute, func() (bool, string) {
+	waitFor(ctx, t, 3*time.Minute, func() (bool, string) {
 		_, err := prov.Create(ctx, orphan)
 		return err == nil, fmt.Sprintf("creating the orphan: %v", err)
 	})
 	// A pool member whose proxy stops answering: probe failures, then a
 	// rotation.
 	var members crawlv1alpha1.ProxyList
-	poll.Until(t, 3*time.Minute, func() (bool, string) {
+	waitFor(ctx, t, 3*time.Minute, func() (bool, string) {
 		if err := env.Client.List(ctx, &members, client.InNamespace(ns.Name), client.MatchingLabels{crawlv1alpha1.LabelPool: "crawl"}); err != nil {
 			return false, err.Error()
 		}
@@ -324,7 +334,7 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	for k, v := range queries {
 		pending[k] = v
 	}
-	poll.Until(t, 5*time.Minute, func() (bool, string) {
+	waitFor(ctx, t, 5*time.Minute, func() (bool, string) {
 		var errs []string
 		for name, q := range pending {
 			n, err := query(ctx, prom, q)
@@ -352,11 +362,15 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	}
 	// The rules evaluate without error; the Failed Proxy has its alert
 	// pending (its for: is 5 minutes).
-	resp, err := http.Get("http://" + prom + "/api/v1/rules") //nolint:noctx // loopback
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+prom+"/api/v1/rules", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
 	var rules struct {
 		Data struct {
 			Groups []struct {
@@ -378,8 +392,17 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 			}
 		}
 	}
-	poll.Until(t, time.Minute, func() (bool, string) {
+	waitFor(ctx, t, time.Minute, func() (bool, string) {
 		n, err := query(ctx, prom, `ALERTS{alertname="EgressProxiesProxiesFailed",alertstate="pending"}`)
 		return err == nil && n > 0, fmt.Sprintf("EgressProxiesProxiesFailed is not pending (%v)", err)
 	})
+}
+
+// waitFor polls cond until it holds, failing the test at timeout or when ctx
+// ends.
+func waitFor(ctx context.Context, t *testing.T, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	if err := poll.Wait(ctx, timeout, cond); err != nil {
+		t.Fatal(err)
+	}
 }
