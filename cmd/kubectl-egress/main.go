@@ -8,7 +8,9 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/signal"
 
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
@@ -16,5 +18,9 @@ import (
 )
 
 func main() {
-	os.Exit(kubectlegress.Run(os.Args[1:], genericclioptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}))
+	// Ctrl-C cancels the calls in flight.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := kubectlegress.Run(ctx, os.Args[1:], genericclioptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	stop()
+	os.Exit(code)
 }

@@ -104,9 +104,9 @@ func mustDo(t *testing.T, err error) {
 
 // run runs the plugin with the world's kubeconfig and returns its exit
 // code, standard output and standard error.
-func (w *world) run(args ...string) (int, string, string) {
+func (w *world) run(ctx context.Context, args ...string) (int, string, string) {
 	var out, errOut bytes.Buffer
-	code := kubectlegress.Run(append([]string{"--kubeconfig", w.kubeconfig}, args...),
+	code := kubectlegress.Run(ctx, append([]string{"--kubeconfig", w.kubeconfig}, args...),
 		genericclioptions.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	return code, out.String(), errOut.String()
 }
@@ -120,7 +120,8 @@ func (w *world) proxy(ctx context.Context, t *testing.T, name string) *crawlv1al
 
 func TestStatus(t *testing.T) {
 	w := newWorld(t)
-	code, out, errOut := w.run("status", "-n", w.ns)
+	ctx := context.Background()
+	code, out, errOut := w.run(ctx, "status", "-n", w.ns)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -140,13 +141,13 @@ func TestStatus(t *testing.T) {
 		t.Errorf("the egress address is a -o wide column:\n%s", out)
 	}
 
-	code, out, _ = w.run("status", "-n", w.ns, "-o", "wide")
+	code, out, _ = w.run(ctx, "status", "-n", w.ns, "-o", "wide")
 	if code != 0 || !regexp.MustCompile(`198\.51\.100\.7\s+203\.0\.113\.7\n`).MatchString(out) {
 		t.Errorf("-o wide: exit %d, want the address and egress columns:\n%s", code, out)
 	}
 
 	other := newWorld(t)
-	code, out, errOut = w.run("status", "-A", "-o", "json")
+	code, out, errOut = w.run(ctx, "status", "-A", "-o", "json")
 	if code != 0 {
 		t.Fatalf("-A -o json: exit %d: %s", code, errOut)
 	}
@@ -160,11 +161,11 @@ func TestStatus(t *testing.T) {
 		t.Errorf("-A lists the namespaces %v, want both %s and %s", seen, w.ns, other.ns)
 	}
 
-	code, out, _ = w.run("status", "-n", w.ns, "-o", "yaml")
+	code, out, _ = w.run(ctx, "status", "-n", w.ns, "-o", "yaml")
 	if code != 0 || !strings.Contains(out, "proxies:") {
 		t.Errorf("-o yaml: exit %d:\n%s", code, out)
 	}
-	code, _, errOut = w.run("status", "-o", "table")
+	code, _, errOut = w.run(ctx, "status", "-o", "table")
 	if code != 1 || !strings.Contains(errOut, "use -o json, -o yaml or -o wide") {
 		t.Errorf("-o table: exit %d, %q; want 1 and the formats", code, errOut)
 	}
@@ -172,6 +173,7 @@ func TestStatus(t *testing.T) {
 
 func TestURL(t *testing.T) {
 	w := newWorld(t)
+	ctx := context.Background()
 	tests := []struct {
 		name   string
 		reason string
@@ -190,7 +192,7 @@ func TestURL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, out, errOut := w.run(append(tt.args, "-n", w.ns)...)
+			code, out, errOut := w.run(ctx, append(tt.args, "-n", w.ns)...)
 			if code != tt.code || out != tt.want || !strings.Contains(errOut, tt.stderr) {
 				t.Errorf("%s (%s): exit %d, out %q, err %q; want exit %d, out %q, err containing %q",
 					tt.name, tt.reason, code, out, errOut, tt.code, tt.want, tt.stderr)
@@ -212,7 +214,7 @@ func TestActions(t *testing.T) {
 	}
 
 	t.Run("rotate all", func(t *testing.T) {
-		if code, _, errOut := w.run("rotate", "crawl", "-n", w.ns); code != 0 {
+		if code, _, errOut := w.run(ctx, "rotate", "crawl", "-n", w.ns); code != 0 {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
 		if got := pool().Annotations[crawlv1alpha1.AnnotationRotate]; got != "all" {
@@ -220,7 +222,7 @@ func TestActions(t *testing.T) {
 		}
 	})
 	t.Run("rotate a member", func(t *testing.T) {
-		if code, _, errOut := w.run("rotate", "crawl", "crawl-0", "-n", w.ns); code != 0 {
+		if code, _, errOut := w.run(ctx, "rotate", "crawl", "crawl-0", "-n", w.ns); code != 0 {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
 		if got := pool().Annotations[crawlv1alpha1.AnnotationRotate]; got != "crawl-0" {
@@ -228,13 +230,13 @@ func TestActions(t *testing.T) {
 		}
 	})
 	t.Run("rotate what is not a member", func(t *testing.T) {
-		code, _, errOut := w.run("rotate", "crawl", "broken", "-n", w.ns)
+		code, _, errOut := w.run(ctx, "rotate", "crawl", "broken", "-n", w.ns)
 		if code != 1 || !strings.Contains(errOut, "broken is not a member of pool") {
 			t.Errorf("exit %d, %q", code, errOut)
 		}
 	})
 	t.Run("retry a Failed Proxy", func(t *testing.T) {
-		if code, _, errOut := w.run("retry", "broken", "-n", w.ns); code != 0 {
+		if code, _, errOut := w.run(ctx, "retry", "broken", "-n", w.ns); code != 0 {
 			t.Fatalf("exit %d: %s", code, errOut)
 		}
 		if _, ok := w.proxy(ctx, t, "broken").Annotations[crawlv1alpha1.AnnotationRetry]; !ok {
@@ -242,13 +244,13 @@ func TestActions(t *testing.T) {
 		}
 	})
 	t.Run("retry a Ready Proxy", func(t *testing.T) {
-		code, _, errOut := w.run("retry", "crawl-0", "-n", w.ns)
+		code, _, errOut := w.run(ctx, "retry", "crawl-0", "-n", w.ns)
 		if code != 1 || !strings.Contains(errOut, "is Ready, not Failed") {
 			t.Errorf("exit %d, %q", code, errOut)
 		}
 	})
 	t.Run("release a Proxy not being deleted", func(t *testing.T) {
-		code, _, errOut := w.run("release", "broken", "-n", w.ns, "--yes")
+		code, _, errOut := w.run(ctx, "release", "broken", "-n", w.ns, "--yes")
 		if code != 1 || !strings.Contains(errOut, "is not being deleted: delete it first") {
 			t.Errorf("exit %d, %q", code, errOut)
 		}
@@ -264,14 +266,14 @@ func TestActions(t *testing.T) {
 			p.Finalizers = nil
 			_ = env.Client.Update(ctx, p)
 		})
-		code, _, errOut := w.run("release", "broken", "-n", w.ns)
+		code, _, errOut := w.run(ctx, "release", "broken", "-n", w.ns)
 		if code != 1 || !strings.Contains(errOut, "WARNING: releasing proxy") || !strings.Contains(errOut, "run again with --yes") {
 			t.Errorf("without --yes: exit %d, %q; want 1, the warning and how to confirm", code, errOut)
 		}
 		if _, ok := w.proxy(ctx, t, "broken").Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; ok {
 			t.Error("released without --yes")
 		}
-		if code, _, errOut := w.run("release", "broken", "-n", w.ns, "--yes"); code != 0 {
+		if code, _, errOut := w.run(ctx, "release", "broken", "-n", w.ns, "--yes"); code != 0 {
 			t.Fatalf("--yes: exit %d: %s", code, errOut)
 		}
 		if _, ok := w.proxy(ctx, t, "broken").Annotations[crawlv1alpha1.AnnotationReleaseFinalizer]; !ok {
@@ -280,7 +282,7 @@ func TestActions(t *testing.T) {
 	})
 	t.Run("no cluster", func(t *testing.T) {
 		var out, errOut bytes.Buffer
-		code := kubectlegress.Run([]string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "status"},
+		code := kubectlegress.Run(ctx, []string{"--kubeconfig", filepath.Join(t.TempDir(), "none"), "status"},
 			genericclioptions.IOStreams{Out: &out, ErrOut: &errOut})
 		if code != 1 || !strings.Contains(errOut.String(), "error: ") {
 			t.Errorf("exit %d, %q", code, errOut.String())

@@ -1,6 +1,7 @@
 package kubectlegress
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -44,14 +45,14 @@ func NewCommand(streams genericclioptions.IOStreams) *cobra.Command {
 }
 
 // Run runs the plugin with args and returns its exit code: 0, or 1 after
-// printing the error.
-func Run(args []string, streams genericclioptions.IOStreams) int {
-	return run(NewCommand(streams), args, streams.ErrOut)
+// printing the error. ctx bounds every call to the API server.
+func Run(ctx context.Context, args []string, streams genericclioptions.IOStreams) int {
+	return run(ctx, NewCommand(streams), args, streams.ErrOut)
 }
 
-func run(cmd *cobra.Command, args []string, errOut io.Writer) int {
+func run(ctx context.Context, cmd *cobra.Command, args []string, errOut io.Writer) int {
 	cmd.SetArgs(args)
-	if err := cmd.Execute(); err != nil {
+	if err := cmd.ExecuteContext(ctx); err != nil {
 		_, _ = fmt.Fprintf(errOut, "error: %v\n", err)
 		return 1
 	}
