@@ -47,7 +47,8 @@ func NewCommand(streams genericclioptions.IOStreams) *cobra.Command {
 // Run runs the plugin with args and returns its exit code: 0, or 1 after
 // printing the error. ctx bounds every call to the API server.
 func Run(ctx context.Context, args []string, streams genericclioptions.IOStreams) int {
-	return run(ctx, NewCommand(streams), args, streams.ErrOut)
+	// The commands read ctx back from cmd.Context(), which ExecuteContext sets.
+	return run(ctx, NewCommand(streams), args, streams.ErrOut) //nolint:contextcheck // cobra hands ctx to RunE through cmd.Context()
 }
 
 func run(ctx context.Context, cmd *cobra.Command, args []string, errOut io.Writer) int {
