@@ -15,6 +15,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -443,9 +444,9 @@ func TestRandomFromDiffers(t *testing.T) {
 // user-data of VM guests.
 func TestBuildRequestCarriesTheEntryEgressPolicy(t *testing.T) {
 	pl := requestPlacement()
-	pl.Entry.EgressPolicy = config.EgressPolicy{
+	pl.Entry.EgressPolicy = egress.Policy{
 		AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		ConnectPorts: []config.PortRange{{From: 8443, To: 8443}},
+		ConnectPorts: []egress.PortRange{{From: 8443, To: 8443}},
 	}
 	creds := &credentials{secretName: "web-proxy-credentials", username: "u0a1b2c3d4e5", password: "Pw0123456789abcdefghijklmnopqrstu"}
 	got, err := buildRequest(requestProxy(crawlv1alpha1.ProxyAuthBasic, "203.0.113.0/24"), pl, creds)
