@@ -220,6 +220,11 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 			return cfg, fmt.Errorf("set both %s and %s, or neither", envProxyUsername, envProxyPassword)
 		}
 	}
+	if cfg.Username == "" && len(cfg.AllowedSourceRanges) > 0 && !cfg.AllowOpen {
+		if err := egress.CheckOpenSources(cfg.AllowedSourceRanges); err != nil {
+			return cfg, fmt.Errorf("refusing to run an open proxy: --allowed-source-ranges without credentials: %w; pass --allow-open to run one on purpose", err)
+		}
+	}
 	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
 		return cfg, fmt.Errorf("refusing to run an open proxy: no credentials (--credentials-dir, or %s and %s) and no --allowed-source-ranges; pass --allow-open to run one on purpose",
 			envProxyUsername, envProxyPassword)

@@ -100,6 +100,23 @@ func buildRequest(p *crawlv1alpha1.Proxy, pl config.Placement, creds *credential
 	}, nil
 }
 
+// checkOpenSources refuses a Proxy without authentication whose source
+// ranges together cover more than egress.CheckOpenSources allows:
+// admission checks each range, only the operator sees their union.
+func checkOpenSources(p *crawlv1alpha1.Proxy) error {
+	if isBasic(p) {
+		return nil
+	}
+	ranges, err := egress.ParsePrefixes(strings.Join(p.Spec.AllowedSourceRanges, ","))
+	if err == nil {
+		err = egress.CheckOpenSources(ranges)
+	}
+	if err != nil {
+		return fmt.Errorf("spec.allowedSourceRanges with auth None: %w", err)
+	}
+	return nil
+}
+
 // isBasic reports whether the Proxy uses generated credentials.
 func isBasic(p *crawlv1alpha1.Proxy) bool {
 	return p.Spec.Auth != crawlv1alpha1.ProxyAuthNone

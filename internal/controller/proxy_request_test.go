@@ -463,3 +463,29 @@ func TestBuildRequestCarriesTheEntryEgressPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckOpenSourcesOfAProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason string
+		auth   crawlv1alpha1.ProxyAuth
+		ranges []string
+		ok     bool
+	}{
+		{name: "basic", reason: "with credentials any source may knock", auth: crawlv1alpha1.ProxyAuthBasic, ranges: []string{"0.0.0.0/1", "128.0.0.0/1"}, ok: true},
+		{name: "none, narrow", reason: "auth None for one network", auth: crawlv1alpha1.ProxyAuthNone, ranges: []string{"198.51.100.0/24"}, ok: true},
+		{name: "none, two halves", reason: "two /1s are an open proxy in two halves", auth: crawlv1alpha1.ProxyAuthNone, ranges: []string{"0.0.0.0/1", "128.0.0.0/1"}},
+		{name: "none, garbage", reason: "a range that does not parse is refused, not skipped", auth: crawlv1alpha1.ProxyAuthNone, ranges: []string{"everything"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &crawlv1alpha1.Proxy{Spec: crawlv1alpha1.ProxySpec{Auth: tc.auth, AllowedSourceRanges: tc.ranges}}
+			err := checkOpenSources(p)
+			if (err == nil) != tc.ok {
+				t.Fatalf("%s: checkOpenSources = %v, want accepted %t", tc.reason, err, tc.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "spec.allowedSourceRanges") {
+				t.Errorf("the refusal %q does not name the field", err)
+			}
+		})
+	}
+}
