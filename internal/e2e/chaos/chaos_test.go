@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 

@@ -25,9 +25,9 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/sentinel"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )

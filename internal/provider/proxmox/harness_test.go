@@ -19,9 +19,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
 // sentinelSecret is the token secret; it must appear in no error, log line

@@ -1,4 +1,4 @@
-// Package pvelab starts a simulated Proxmox VE cluster (internal/pvesim)
+// Package pvelab starts a simulated Proxmox VE cluster (internal/testing/pvesim)
 // ready for the proxmox provider: a token with the rights docs/proxmox.md
 // lists, its CA and token files, and the providers configuration that points
 // an operator at it. The end-to-end tests, `make demo` and `make bench` use

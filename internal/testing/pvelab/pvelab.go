@@ -14,9 +14,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
 // The cluster's fixed names.
