@@ -165,7 +165,9 @@ func (s *connServer) serveConn(c net.Conn) {
 		return
 	}
 	hr := getHeadReader(c)
-	_ = c.SetReadDeadline(time.Now().Add(s.readHeaderTimeout))
+	// Until its client is admitted, the connection's writes are bounded
+	// as its reads: a client that never reads cannot hold it either.
+	_ = c.SetDeadline(time.Now().Add(s.readHeaderTimeout))
 	connect, err := sniff(hr.br)
 	if err != nil {
 		// Closed, timed out or ended before a request: nothing to answer.
@@ -177,7 +179,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	if !connect {
 		prefix := bytes.Clone(peekBuffered(hr.br))
 		putHeadReader(hr)
-		_ = c.SetReadDeadline(time.Time{})
+		_ = c.SetDeadline(time.Time{})
 		if s.unsetFresh(c, false) {
 			s.handOff(&prefixConn{Conn: c, prefix: prefix})
 		}
@@ -202,7 +204,6 @@ func (s *connServer) serveConn(c net.Conn) {
 	if !s.unsetFresh(c, true) {
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
 	x := &exchange{start: time.Now(), method: MethodConnect, verb: http.MethodConnect, remote: c.RemoteAddr()}
 	var tun *tunnel
 	if he != nil {
@@ -277,6 +278,10 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 	case p.auth != nil && !p.auth.check(h.proxyAuthorization):
 		x.refuseConn(c, refuseAuth)
 		return nil
+	}
+	// Admitted: the tunnel has its own idle timeout.
+	_ = c.SetDeadline(time.Time{})
+	switch {
 	case !p.acquire():
 		x.refuseConn(c, refuseFull)
 		return nil
@@ -325,6 +330,9 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, body...)
 	_ = c.SetDeadline(time.Now().Add(lingerTimeout))
+	if rc, ok := c.(refusedConn); ok {
+		rc.refused()
+	}
 	if _, err := c.Write(b); err == nil {
 		if cw, ok := c.(closeWriter); ok && cw.CloseWrite() == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(c, 256<<10))
@@ -339,6 +347,18 @@ type prefixConn struct {
 	net.Conn
 	mu     sync.Mutex
 	prefix []byte
+}
+
+// refused bounds what is left of a refused connection: net/http reads the
+// body of a refused request before it closes the connection, without a
+// deadline of its own, so a client that announces a body and never sends it
+// would keep its connection (and its slot) for as long as it likes. It gets
+// the linger of a refusal on the CONNECT path instead.
+func (c *prefixConn) refused() {
+	_ = c.Conn.SetDeadline(time.Now().Add(lingerTimeout))
+	if rc, ok := c.Conn.(refusedConn); ok {
+		rc.refused()
+	}
 }
 
 func (c *prefixConn) Read(b []byte) (int, error) {

@@ -7,7 +7,8 @@
 // splicing the client's connection to the upstream one. Before anything
 // else it checks the client's address against the allowed source ranges
 // (403 otherwise), then its Proxy-Authorization Basic credentials (407
-// otherwise), then its capacity (503 past MaxConcurrent). It strips
+// otherwise), then its capacity (503 past MaxConcurrent). Every answer it
+// gives itself rather than relays closes the connection. It strips
 // hop-by-hop headers and the proxy's own headers before forwarding, adds no
 // Via header, and streams bodies both ways.
 //

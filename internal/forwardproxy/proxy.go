@@ -255,11 +255,9 @@ type exchange struct {
 	status   int
 	err      error
 	up, down atomic.Int64
-}
-
-func (x *exchange) refuse(w http.ResponseWriter, code int, msg string) {
-	x.status = code
-	http.Error(w, msg, code)
+	// conn is the client's connection on the net/http path, when Serve
+	// runs the Proxy; nil otherwise.
+	conn net.Conn
 }
 
 // refusal is an answer other than 200, with at most one header of its own.
@@ -269,12 +267,21 @@ type refusal struct {
 	key, value string
 }
 
-// refuseWith answers r through w.
+// refuseWith answers r through w and ends the connection: every answer the
+// proxy gives itself, rather than relays, closes it (Connection: close), so
+// that a client that is refused, without credentials for one, cannot keep a
+// connection slot with keep-alive. Under Serve the slot is given back as
+// soon as the answer is written (see countedConn).
 func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
+	x.status = r.code
 	if r.key != "" {
 		w.Header().Set(r.key, r.value)
 	}
-	x.refuse(w, r.code, r.msg)
+	w.Header().Set("Connection", "close")
+	if c, ok := x.conn.(refusedConn); ok {
+		c.refused()
+	}
+	http.Error(w, r.msg, r.code)
 }
 
 // The refusals that both paths of a request give.
@@ -293,6 +300,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// r.Host is the request target's host[:port]: it never holds the
 	// userinfo of an absolute URL.
 	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: r.Host, source: r.RemoteAddr}
+	x.conn, _ = r.Context().Value(connKey{}).(net.Conn)
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
 	}
@@ -307,8 +315,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuseWith(w, refuseSource)
+		return
 	case p.auth != nil && !p.auth.check(r.Header.Get("Proxy-Authorization")):
 		x.refuseWith(w, refuseAuth)
+		return
+	}
+	switch {
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)
 	case r.Method != http.MethodConnect:
@@ -421,11 +433,11 @@ func (p *Proxy) counter(x *exchange, up bool) func(n int) {
 // forward relays an absolute-form request to its origin.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if !r.URL.IsAbs() || r.URL.Host == "" {
-		x.refuse(w, http.StatusBadRequest, "not a proxy request: the request target must be an absolute http:// URL")
+		x.refuseWith(w, refusal{code: http.StatusBadRequest, msg: "not a proxy request: the request target must be an absolute http:// URL"})
 		return
 	}
 	if r.URL.Scheme != "http" {
-		x.refuse(w, http.StatusBadRequest, "only http:// URLs are forwarded; use CONNECT for anything else")
+		x.refuseWith(w, refusal{code: http.StatusBadRequest, msg: "only http:// URLs are forwarded; use CONNECT for anything else"})
 		return
 	}
 	p.active(1)
@@ -495,7 +507,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) *tu
 	if err != nil {
 		_ = upstream.Close()
 		x.err = err
-		x.refuse(w, http.StatusInternalServerError, "cannot tunnel on this connection")
+		x.refuseWith(w, refusal{code: http.StatusInternalServerError, msg: "cannot tunnel on this connection"})
 		return nil
 	}
 	// The server may have left deadlines on the connection; the tunnel

@@ -179,21 +179,36 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// countedConn gives its slot back when closed, hijacked or not. It keeps
-// CloseWrite, which tunnels use for half-closes.
+// countedConn gives its slot back when closed, hijacked or not, or, once
+// it was refused, when its write half is shut: the refused client has its
+// answer, and the moment Serve lingers to read what it still sends (so that
+// closing does not reset the answer away) is not taken from other clients.
+// It keeps CloseWrite, which tunnels use for half-closes.
 type countedConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	l         *limitListener
+	once      sync.Once
+	isRefused atomic.Bool
 }
 
+// refusedConn is a client connection that was given a refusal and ends
+// with it.
+type refusedConn interface{ refused() }
+
+func (c *countedConn) refused() { c.isRefused.Store(true) }
+
+func (c *countedConn) release() { c.once.Do(func() { c.l.open.Add(-1) }) }
+
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.release()
 	return c.Conn.Close()
 }
 
 // CloseWrite shuts the write half of a TCP connection.
 func (c *countedConn) CloseWrite() error {
+	if c.isRefused.Load() {
+		c.release()
+	}
 	if cw, ok := c.Conn.(closeWriter); ok {
 		return cw.CloseWrite()
 	}
