@@ -190,8 +190,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	head, hr.scratch, err = readConnectHead(hr.br, hr.scratch, maxHeaderBytes)
 	var early []byte
 	if err == nil {
-		// A copy, as on the net/http path: the tunnel must not keep the
-		// pooled reader.
+		// A copy: the tunnel must not keep the pooled reader.
 		early = bytes.Clone(peekBuffered(hr.br))
 	}
 	putHeadReader(hr)

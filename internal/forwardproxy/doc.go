@@ -41,5 +41,8 @@
 // control characters, no duplicate credentials, no body; 431 past 64 KiB)
 // and served without net/http's per-request machinery; anything else, and
 // every later request on the connection, goes through net/http and
-// ServeHTTP, with the same checks in the same order.
+// ServeHTTP, with the same checks in the same order. ServeHTTP refuses
+// every CONNECT (400, and the connection ends): net/http's parser is laxer,
+// so a tunnel is opened only by a CONNECT that opens its connection, under
+// Serve.
 package forwardproxy

@@ -2,7 +2,6 @@ package forwardproxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -291,6 +290,7 @@ var (
 		key: "Proxy-Authenticate", value: `Basic realm="` + realm + `"`}
 	refuseFull = refusal{code: http.StatusServiceUnavailable, msg: "the proxy is at its limit of concurrent requests and tunnels; retry later",
 		key: "Retry-After", value: "1"}
+	refuseLateConnect = refusal{code: http.StatusBadRequest, msg: "CONNECT must be the first request on its connection: open a new connection for each tunnel"}
 )
 
 type exchangeKey struct{}
@@ -304,53 +304,24 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
 	}
-	detached := false
-	defer func() {
-		// Deferred, so that it runs also when ReverseProxy aborts a
-		// response with http.ErrAbortHandler.
-		if !detached {
-			p.finish(x)
-		}
-	}()
+	defer p.finish(x) // deferred: it runs also when ReverseProxy aborts a response with http.ErrAbortHandler
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuseWith(w, refuseSource)
-		return
+	case r.Method == http.MethodConnect:
+		// Serve reads every CONNECT that opens a connection with its
+		// strict parser; one that net/http read, after another request
+		// on the connection or under another server, is refused rather
+		// than trusted to net/http's laxer reading (folded or duplicate
+		// Proxy-Authorization, Transfer-Encoding).
+		x.refuseWith(w, refuseLateConnect)
 	case p.auth != nil && !p.auth.check(r.Header.Get("Proxy-Authorization")):
 		x.refuseWith(w, refuseAuth)
-		return
-	}
-	switch {
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)
-	case r.Method != http.MethodConnect:
+	default:
 		defer p.release()
 		p.forward(w, r, x)
-	default:
-		t := p.connect(w, r, x)
-		if t == nil {
-			p.release()
-			return
-		}
-		detached = true
-		run := func() {
-			t.run()
-			p.release()
-			p.finish(x)
-		}
-		// Under Serve, the tunnel goes on in a goroutine of its own and
-		// this handler returns: net/http then frees the connection's
-		// goroutine, with its grown stack and its buffers, which is most
-		// of what an idle tunnel would otherwise hold.
-		if detach, ok := r.Context().Value(detachKey{}).(func(io.Closer) func()); ok {
-			done := detach(t.pair)
-			go func() {
-				defer done()
-				run()
-			}()
-			return
-		}
-		run()
 	}
 }
 
@@ -483,44 +454,6 @@ func upstreamRefusal(err error) refusal {
 		return refusal{code: http.StatusGatewayTimeout, msg: "gateway timeout: the upstream server did not answer in time"}
 	}
 	return refusal{code: http.StatusBadGateway, msg: "bad gateway: the upstream server could not be reached"}
-}
-
-// connect sets up the tunnel of a CONNECT request that net/http read: it
-// dials the target, hijacks the client's connection and answers 200. The
-// tunnel, nil after a refusal, is then run by the caller. Serve reads most
-// CONNECT requests itself (see serveConn); this is the path of a CONNECT
-// that follows other requests on a keep-alive connection, and of a Proxy
-// served by another server.
-func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) *tunnel {
-	target := r.Host
-	if ref, ok := p.checkTarget(target, x); !ok {
-		x.refuseWith(w, ref)
-		return nil
-	}
-	upstream, err := p.dial(r.Context(), "tcp", target)
-	if err != nil {
-		x.err = err
-		x.refuseWith(w, upstreamRefusal(err))
-		return nil
-	}
-	client, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		_ = upstream.Close()
-		x.err = err
-		x.refuseWith(w, refusal{code: http.StatusInternalServerError, msg: "cannot tunnel on this connection"})
-		return nil
-	}
-	// The server may have left deadlines on the connection; the tunnel
-	// has its own idle timeout.
-	_ = client.SetDeadline(time.Time{})
-	var early []byte
-	if n := brw.Reader.Buffered(); n > 0 {
-		// A copy: the peeked bytes would keep the server's whole read
-		// buffer alive for as long as the tunnel lasts.
-		peeked, _ := brw.Peek(n)
-		early = bytes.Clone(peeked)
-	}
-	return p.established(client, upstream, early, x)
 }
 
 // checkTarget checks a CONNECT target: host:port, and a port the egress

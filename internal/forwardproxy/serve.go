@@ -95,7 +95,6 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			ctx = context.WithValue(ctx, connKey{}, c)
-			ctx = context.WithValue(ctx, detachKey{}, t.detacher())
 			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
@@ -138,12 +137,6 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 }
 
 type connKey struct{}
-
-// detachKey holds, in a request's context, a function for handlers that go
-// on in a goroutine of their own after they return (a hijacked tunnel): it
-// counts that work as in flight, with what closes it at the end of the
-// drain, until the function it returns is called.
-type detachKey struct{}
 
 // serverKey holds, in a request's context, the context that ends when the
 // server stops serving (the end of the drain): unlike the request's own
@@ -247,14 +240,6 @@ func (t *tracker) wrap(h http.Handler) http.Handler {
 		defer t.end(c)
 		h.ServeHTTP(w, r)
 	})
-}
-
-// detacher returns the detachKey function.
-func (t *tracker) detacher() func(io.Closer) func() {
-	return func(c io.Closer) func() {
-		t.begin(c)
-		return func() { t.end(c) }
-	}
 }
 
 // begin counts a call in flight; c, when not nil, is closed by closeAll.
