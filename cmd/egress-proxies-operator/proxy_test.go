@@ -375,9 +375,9 @@ func TestRunProxyEgress(t *testing.T) {
 		env        map[string]string
 		connect    bool
 		wantStatus int
-		wantDenied string
+		wantDenied string // only a CONNECT port's refusal says why
 	}{
-		{name: "default", reason: "loopback is refused by default", wantStatus: http.StatusForbidden, wantDenied: "loopback"},
+		{name: "default", reason: "loopback is refused by default", wantStatus: http.StatusForbidden},
 		{
 			name: "default CONNECT", reason: "CONNECT reaches 443 only by default",
 			args: []string{"--egress-allow-cidrs", "127.0.0.0/8"}, connect: true, wantStatus: http.StatusForbidden, wantDenied: "port",
@@ -394,13 +394,13 @@ func TestRunProxyEgress(t *testing.T) {
 		{
 			name: "narrowed", reason: "--egress-deny-cidrs wins over --egress-allow-cidrs",
 			args:       []string{"--egress-allow-cidrs", "127.0.0.0/8", "--egress-deny-cidrs", "127.0.0.1/32"},
-			wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+			wantStatus: http.StatusForbidden,
 		},
 		{
 			name: "API server", reason: "the pod's KUBERNETES_SERVICE_HOST is refused whatever the flags say",
 			args:       []string{"--egress-allow-cidrs", "127.0.0.0/8"},
 			env:        map[string]string{envKubernetesServiceHost: "127.0.0.1"},
-			wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+			wantStatus: http.StatusForbidden,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

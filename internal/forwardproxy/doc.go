@@ -16,9 +16,12 @@
 // that is not the public Internet (DefaultDeniedRanges) and CONNECT to ports
 // other than 443. The check runs in the dialer's ControlContext hook, on
 // the address about to be connected after the name was resolved, so that
-// DNS answers pointing inside, rebinding included, are refused too. A
-// refused request gets 403 with the reason, never the address, in the
-// X-Egress-Denied header.
+// DNS answers pointing inside, rebinding included, are refused too. Every
+// destination refused by its address, or whose name does not resolve,
+// gets one 403, so that a client cannot tell whether an internal name
+// exists; only a CONNECT port's refusal says why (X-Egress-Denied: port),
+// and a 502 or 504 for an allowed destination says what failed
+// (X-Upstream-Error).
 //
 // New refuses a Config that would make an open proxy (no credentials and no
 // allowed source ranges) unless Config.AllowOpen says so. Credentials are

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -338,16 +339,29 @@ func (p *Proxy) acquire() bool {
 
 func (p *Proxy) release() { <-p.slots }
 
-// deniedHeader carries the egress policy's reason in a refusal, for
-// clients and their operators: a word such as loopback or port, never an
-// address.
+// deniedHeader carries, in the refusal of a CONNECT to a port the egress
+// policy does not allow, the word port: that refusal is decided from the
+// request alone and tells nothing of the destination.
 const deniedHeader = "X-Egress-Denied"
+
+// upstreamErrorHeader carries, in a 502 or 504 for a destination the policy
+// allows, a word for what went wrong: refused, reset, unreachable, timeout
+// or failed.
+const upstreamErrorHeader = "X-Upstream-Error"
 
 // deniedRefusal is the 403 for a destination the egress policy refuses.
 func deniedRefusal(d *DeniedError) refusal {
 	return refusal{code: http.StatusForbidden, msg: "forbidden by the egress policy: " + strings.TrimPrefix(d.Error(), "egress policy: "),
 		key: deniedHeader, value: d.Reason}
 }
+
+// refuseDestination is the one answer for every destination that the
+// egress policy refuses by its address or whose name does not resolve to
+// an address (the policy's reason, a DNS error, no address): a client
+// cannot tell from it whether an internal name exists, nor what kind of
+// range it resolves to. The reason is in the log line.
+var refuseDestination = refusal{code: http.StatusForbidden,
+	msg: "forbidden by the egress policy: the destination is not allowed, or its name does not resolve to an allowed address"}
 
 // finish records the request's metrics and logs its line. It runs deferred,
 // also when ReverseProxy aborts a response with http.ErrAbortHandler.
@@ -444,16 +458,35 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // upstreamRefusal is the answer to a request whose upstream could not be
-// reached or did not answer: 403 when the egress policy refused it, 504 on
-// a timeout, 502 otherwise.
+// reached or did not answer: refuseDestination when the egress policy
+// refused the address or the name did not resolve, the port refusal for a
+// CONNECT port, and for a destination the policy allows 504 on a timeout,
+// 502 otherwise, with a word for the cause in X-Upstream-Error.
 func upstreamRefusal(err error) refusal {
 	if d, ok := isDenied(err); ok {
-		return deniedRefusal(d)
+		if d.Reason == "port" {
+			return deniedRefusal(d)
+		}
+		return refuseDestination
+	}
+	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return refuseDestination
 	}
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return refusal{code: http.StatusGatewayTimeout, msg: "gateway timeout: the upstream server did not answer in time"}
+		return refusal{code: http.StatusGatewayTimeout, msg: "gateway timeout: the upstream server did not answer in time",
+			key: upstreamErrorHeader, value: "timeout"}
 	}
-	return refusal{code: http.StatusBadGateway, msg: "bad gateway: the upstream server could not be reached"}
+	cause := "failed"
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		cause = "refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		cause = "reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		cause = "unreachable"
+	}
+	return refusal{code: http.StatusBadGateway, msg: "bad gateway: the upstream server could not be reached",
+		key: upstreamErrorHeader, value: cause}
 }
 
 // checkTarget checks a CONNECT target: host:port, and a port the egress
