@@ -274,7 +274,7 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 	case !sourceAddrAllowed(p.ranges, c.RemoteAddr()):
 		x.refuseConn(c, refuseSource)
 		return nil
-	case p.auth != nil && !p.auth.check(h.proxyAuthorization):
+	case !p.authenticate(h.proxyAuthorization, x):
 		x.refuseConn(c, refuseAuth)
 		return nil
 	}

@@ -78,8 +78,15 @@ type Config struct {
 	// Metrics records requests, durations, bytes and open connections;
 	// nil records nothing.
 	Metrics *Metrics
-	// Log receives one line per request at V(1).
+	// Log receives the proxy's own messages, and one line per request
+	// and tunnel at V(1) when AccessLog is not set.
 	Log logr.Logger
+	// AccessLog, when set, receives the line of each request and tunnel
+	// as it ends, at its V(0): its start time, the client's address, the
+	// user (when the credentials checked out), the destination host:port,
+	// the status, the bytes each way, the duration and the error, if any.
+	// It never holds a credential.
+	AccessLog logr.Logger
 }
 
 // String describes c without its credentials.
@@ -115,7 +122,8 @@ type Proxy struct {
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	metrics     *Metrics
-	log         logr.Logger
+	access      logr.Logger // where the lines of finish go
+	username    string      // for the access log; "" without authentication
 	transport   *http.Transport
 	forwarder   *httputil.ReverseProxy
 }
@@ -143,10 +151,14 @@ func New(cfg Config) (*Proxy, error) {
 		dialTimeout: cfg.DialTimeout,
 		idleTimeout: cfg.IdleTimeout,
 		metrics:     cfg.Metrics,
-		log:         cfg.Log,
+		access:      cfg.AccessLog,
+	}
+	if p.access.GetSink() == nil {
+		p.access = cfg.Log.V(1)
 	}
 	if cfg.Username != "" {
 		p.auth = newBasicAuth(cfg.Username, cfg.Password)
+		p.username = cfg.Username
 	}
 	for _, r := range cfg.AllowedSourceRanges {
 		if !r.IsValid() {
@@ -249,9 +261,10 @@ type exchange struct {
 	start    time.Time
 	method   string   // MethodConnect or MethodHTTP
 	verb     string   // the request's method
-	host     string   // the request target's host[:port], without userinfo
+	host     string   // the destination's host:port, without userinfo
 	source   string   // the client's address, or
 	remote   net.Addr // the client's address, made a string only to log it
+	user     string   // the username, once the credentials checked out
 	status   int
 	err      error
 	up, down atomic.Int64
@@ -298,9 +311,7 @@ type exchangeKey struct{}
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// r.Host is the request target's host[:port]: it never holds the
-	// userinfo of an absolute URL.
-	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: r.Host, source: r.RemoteAddr}
+	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: destination(r), source: r.RemoteAddr}
 	x.conn, _ = r.Context().Value(connKey{}).(net.Conn)
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
@@ -316,7 +327,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// than trusted to net/http's laxer reading (folded or duplicate
 		// Proxy-Authorization, Transfer-Encoding).
 		x.refuseWith(w, refuseLateConnect)
-	case p.auth != nil && !p.auth.check(r.Header.Get("Proxy-Authorization")):
+	case !p.authenticate(r.Header.Get("Proxy-Authorization"), x):
 		x.refuseWith(w, refuseAuth)
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)
@@ -324,6 +335,34 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer p.release()
 		p.forward(w, r, x)
 	}
+}
+
+// authenticate checks a request's Proxy-Authorization value, if the Proxy
+// has credentials, and records the user for the access log. The user a
+// refused client sent is not recorded: it may be a password typed in the
+// wrong field.
+func (p *Proxy) authenticate(value string, x *exchange) bool {
+	if p.auth == nil {
+		return true
+	}
+	if !p.auth.check(value) {
+		return false
+	}
+	x.user = p.username
+	return true
+}
+
+// destination is the host:port a request is for, for the access log:
+// r.Host never holds the userinfo of an absolute URL; an http:// URL
+// without a port goes to port 80.
+func destination(r *http.Request) string {
+	if r.URL.Scheme != "http" || r.Host == "" {
+		return r.Host
+	}
+	if _, _, err := net.SplitHostPort(r.Host); err == nil {
+		return r.Host
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]"), "80")
 }
 
 // acquire takes a slot for a request or tunnel without waiting; false means
@@ -371,18 +410,20 @@ func (p *Proxy) finish(x *exchange) {
 		p.metrics.Requests.WithLabelValues(x.method, strconv.Itoa(x.status)).Inc()
 		p.metrics.RequestDuration.WithLabelValues(x.method).Observe(d.Seconds())
 	}
-	if log := p.log.V(1); log.Enabled() {
-		// Proxy-Authorization is not logged.
-		source := x.source
-		if source == "" && x.remote != nil {
-			source = x.remote.String()
+	if p.access.Enabled() {
+		// Proxy-Authorization is not logged, nor the user a refused
+		// client sent.
+		client := x.source
+		if client == "" && x.remote != nil {
+			client = x.remote.String()
 		}
-		kv := []any{"method", x.verb, "host", x.host, "source", source, "status", x.status,
-			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d}
+		kv := []any{"time", x.start.UTC().Format(time.RFC3339Nano), "client", client, "user", x.user,
+			"method", x.verb, "destination", x.host, "status", x.status,
+			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d.String()}
 		if x.err != nil {
 			kv = append(kv, "error", x.err.Error())
 		}
-		log.Info("request", kv...)
+		p.access.Info("request", kv...)
 	}
 }
 

@@ -703,7 +703,8 @@ func TestLogsOneLinePerRequest(t *testing.T) {
 	if diff := cmp.Diff(1, len(lines)); diff != "" {
 		t.Fatalf("log lines (-want +got):\n%s\n%s", diff, h.logs)
 	}
-	for _, want := range []string{`"level"=1`, `"method"="GET"`, `"host"="` + host + `"`, `"status"=200`, `"bytesUp"=0`, `"bytesDown"=17`, `"duration"=`} {
+	for _, want := range []string{`"level"=1`, `"time"="20`, `"client"="127.0.0.1:`, `"user"="` + testUser + `"`, `"method"="GET"`,
+		`"destination"="` + host + `"`, `"status"=200`, `"bytesUp"=0`, `"bytesDown"=17`, `"duration"=`} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("log line %q lacks %s", lines[0], want)
 		}
