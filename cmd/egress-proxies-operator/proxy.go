@@ -123,7 +123,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	}
 
 	var lc net.ListenConfig
-	proxyLn, err := lc.Listen(ctx, "tcp", o.listen)
+	proxyLn, err := forwardproxy.Listen(ctx, o.listen)
 	if err != nil {
 		return fmt.Errorf("proxy: --listen: %w", err)
 	}
