@@ -326,3 +326,32 @@ func TestConnectHeaderReadTimeout(t *testing.T) {
 		})
 	}
 }
+
+// A bulk transfer through a tunnel (what splice(2) carries on Linux once a
+// read fills the relay's buffer) arrives whole and in order both ways, and
+// the tunnel still works after it.
+func TestTunnelCarriesBulkTransfers(t *testing.T) {
+	e := newEchoServer(t)
+	h := start(t, withAuth, time.Second)
+	c, br := tunnel(t, h.addr, e.addr, basic(testUser, testPassword), "")
+	payload := make([]byte, 4<<20)
+	for i := range payload {
+		payload[i] = byte(i * 7 % 251)
+	}
+	go func() { _, _ = c.Write(payload) }()
+	got := make([]byte, len(payload))
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatalf("reading the echo of 4 MiB: %v", err)
+	}
+	if !bytes.Equal(payload, got) {
+		t.Errorf("the echo of 4 MiB differs")
+	}
+	if got, err := echo(c, br, "after"); err != nil || got != "after" {
+		t.Errorf("echo after the bulk transfer = %q, %v", got, err)
+	}
+	_ = c.Close()
+	eventually(t, "the tunnel's bytes counted", func() bool {
+		return testutil.ToFloat64(h.metrics.Bytes.WithLabelValues(forwardproxy.DirectionUp)) == float64(len(payload)+5) &&
+			testutil.ToFloat64(h.metrics.Bytes.WithLabelValues(forwardproxy.DirectionDown)) == float64(len(payload)+5)
+	})
+}

@@ -218,6 +218,9 @@ func (c *countedConn) CloseWrite() error {
 	return errors.ErrUnsupported
 }
 
+// NetConn returns the accepted connection, for tunnels that splice(2) it.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
+
 // SyscallConn gives the tunnels the raw connection, to wait for bytes
 // without holding a buffer.
 func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
