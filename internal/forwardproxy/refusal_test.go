@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -38,12 +39,12 @@ func TestRefusalsDoNotTellWhetherANameExists(t *testing.T) {
 	}}
 	cfg := forwardproxy.Config{
 		Username: testUser, Password: testPassword, Resolver: resolver, DialTimeout: wait,
-		Egress: forwardproxy.EgressPolicy{
+		Egress: egress.Policy{
 			// 127.0.0.2 is allowed (its port is closed); the rest of
 			// loopback is not, 127.0.0.3 by the deny list.
 			AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
 			DenyCIDRs:    []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")},
-			ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}},
+			ConnectPorts: []egress.PortRange{{From: 1, To: 65535}},
 		},
 	}
 	h := start(t, cfg, time.Second)
