@@ -280,8 +280,7 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 	}
 	// Admitted: the tunnel has its own idle timeout.
 	_ = c.SetDeadline(time.Time{})
-	switch {
-	case !p.acquire():
+	if !p.acquire() {
 		x.refuseConn(c, refuseFull)
 		return nil
 	}
@@ -354,7 +353,7 @@ type prefixConn struct {
 // would keep its connection (and its slot) for as long as it likes. It gets
 // the linger of a refusal on the CONNECT path instead.
 func (c *prefixConn) refused() {
-	_ = c.Conn.SetDeadline(time.Now().Add(lingerTimeout))
+	_ = c.SetDeadline(time.Now().Add(lingerTimeout))
 	if rc, ok := c.Conn.(refusedConn); ok {
 		rc.refused()
 	}

@@ -35,7 +35,11 @@ func TestListenAcceptsWithoutKeepAlive(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = a.Close() }()
-			raw, err := a.(*net.TCPConn).SyscallConn()
+			tc, ok := a.(*net.TCPConn)
+			if !ok {
+				t.Fatalf("accepted a %T", a)
+			}
+			raw, err := tc.SyscallConn()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,6 +45,7 @@ func waitingBytes(c *net.TCPConn) int {
 	}
 	n := 0
 	_ = raw.Control(func(fd uintptr) {
+		//nolint:gosec // G103: ioctl(FIONREAD) writes one int where the pointer says, and n outlives the call.
 		if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); errno != 0 {
 			n = 0
 		}

@@ -30,7 +30,12 @@ func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
-	return a.(*net.TCPConn), b.(*net.TCPConn)
+	ta, okA := a.(*net.TCPConn)
+	tb, okB := b.(*net.TCPConn)
+	if !okA || !okB {
+		t.Fatalf("not TCP connections: %T, %T", a, b)
+	}
+	return ta, tb
 }
 
 // spliceWaiting moves, with splice(2), exactly the bytes waiting in the
