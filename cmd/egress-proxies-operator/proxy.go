@@ -54,6 +54,7 @@ type proxyOptions struct {
 	maxConnections int
 	readHeader     time.Duration
 	responseHeader time.Duration
+	accessLog      bool
 }
 
 // runProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
@@ -84,6 +85,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
 	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
 	fs.DurationVar(&o.responseHeader, "response-header-timeout", forwardproxy.DefaultResponseHeaderTimeout, "Time an upstream server has to answer with its headers; 504 past it.")
+	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, user, destination, status, bytes, duration; never a credential); false: only at -v 1.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -110,13 +112,16 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 		return fmt.Errorf("proxy: registering metrics: %w", err)
 	}
 	cfg.Log = log.WithName("forward")
+	if o.accessLog {
+		cfg.AccessLog = log.WithName("access")
+	}
 	p, err := forwardproxy.New(cfg)
 	if err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
 
 	var lc net.ListenConfig
-	proxyLn, err := lc.Listen(ctx, "tcp", o.listen)
+	proxyLn, err := forwardproxy.Listen(ctx, o.listen)
 	if err != nil {
 		return fmt.Errorf("proxy: --listen: %w", err)
 	}
@@ -137,7 +142,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	log.Info("forward proxy listening", "listen", proxyLn.Addr().String(), "admin", adminDesc,
 		"auth", auth, "allowedSourceRanges", fmt.Sprint(cfg.AllowedSourceRanges), "allowOpen", cfg.AllowOpen, "drain", o.drain,
-		"egress", cfg.Egress.String())
+		"egress", cfg.Egress.String(), "accessLog", o.accessLog)
 	if ready != nil {
 		ready(proxyLn.Addr(), adminAddr)
 	}

@@ -77,7 +77,7 @@ func runChild(addr, profileDir string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	ln, err := forwardproxy.Listen(ctx, addr)
 	if err != nil {
 		return err
 	}

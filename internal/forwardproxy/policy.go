@@ -3,7 +3,6 @@ package forwardproxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -105,7 +104,7 @@ func dialChecked(ctx context.Context, d *net.Dialer, r Resolver, network, addr s
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		return nil, fmt.Errorf("lookup %s: no addresses", host)
+		return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
 	}
 	// One refusal by the policy is what the client is told about.
 	for _, e := range errs {
