@@ -70,6 +70,15 @@ type Entry struct {
 	// EgressPolicy is where the entry's proxies may connect; see
 	// EgressPolicy.
 	EgressPolicy EgressPolicy `json:"egressPolicy,omitzero"`
+	// AllowExtraUserData lets the entry's Proxies carry spec.extraUserData.
+	// It is off by default: the user's part runs as root on the guest, so
+	// allowing it gives every author of a Proxy on this entry root on its
+	// proxies, and with it the power to rewrite the egress policy and the
+	// credentials there (the operator's check unit then keeps tinyproxy
+	// from starting, but cannot stop a root script from opening another
+	// door). Turn it on only for entries whose Proxy authors the
+	// administrator trusts with that.
+	AllowExtraUserData bool `json:"allowExtraUserData,omitempty"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -114,7 +123,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy", "allowExtraUserData"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {

@@ -581,3 +581,32 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckExtraUserData(t *testing.T) {
+	cfg, err := config.Parse([]byte(minimal+"- name: trusted"+catalogues+"  allowExtraUserData: true\n"), testRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, reason, entry, extra string
+		wantErr                    bool
+	}{
+		{name: "default entry, no extra", reason: "a Proxy without extra user-data is never refused", entry: "lab"},
+		{name: "default entry, extra", reason: "off by default: the author of a Proxy must not get root on the guest unasked",
+			entry: "lab", extra: "#!/bin/sh\n", wantErr: true},
+		{name: "allowed entry, extra", reason: "the administrator said yes for this entry", entry: "trusted", extra: "#!/bin/sh\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cfg.Entry(tc.entry).CheckExtraUserData(tc.extra)
+			if diff := cmp.Diff(tc.wantErr, err != nil); diff != "" {
+				t.Fatalf("CheckExtraUserData() error = %v (-want +got) (%s):\n%s", err, tc.reason, diff)
+			}
+			var se *config.SpecError
+			if err != nil && (!errors.As(err, &se) || se.Field != "spec.extraUserData" ||
+				!strings.Contains(se.Message, `provider "lab"`) || !strings.Contains(se.Message, "allowExtraUserData")) {
+				t.Errorf("error %v must be a SpecError on spec.extraUserData naming the entry and the setting", err)
+			}
+		})
+	}
+}

@@ -326,7 +326,11 @@ func (r *ProxyPoolReconciler) checkSpec(pool *crawlv1alpha1.ProxyPool, placement
 	tpl := pool.Spec.Template.Spec
 	var errs []error
 	for i, pl := range placements {
-		if _, err := r.Config.Resolve(pl.Provider, pl.Zone, tpl.MachineType, tpl.Image); err != nil {
+		pld, err := r.Config.Resolve(pl.Provider, pl.Zone, tpl.MachineType, tpl.Image)
+		if err == nil {
+			err = pld.Entry.CheckExtraUserData(tpl.ExtraUserData)
+		}
+		if err != nil {
 			where := "template"
 			if len(pool.Spec.Placement) > 0 {
 				where = fmt.Sprintf("placement[%d]", i)
