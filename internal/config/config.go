@@ -79,6 +79,8 @@ type Entry struct {
 	// door). Turn it on only for entries whose Proxy authors the
 	// administrator trusts with that.
 	AllowExtraUserData bool `json:"allowExtraUserData,omitempty"`
+	// Deadlines bound each provider call of the entry; see Deadlines.
+	Deadlines Deadlines `json:"deadlines,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -123,7 +125,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy", "allowExtraUserData"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy", "allowExtraUserData", "deadlines"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {
@@ -245,6 +247,7 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 			fmt.Sprintf("must be between 1 and %d, or unset for %d", maxMaxConcurrentCreates, DefaultMaxConcurrentCreates)))
 	}
 	errs = append(errs, e.EgressPolicy.validate(path.Child("egressPolicy"))...)
+	errs = append(errs, e.Deadlines.validate(path.Child("deadlines"))...)
 
 	if known {
 		blk := newBlock()
