@@ -233,7 +233,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		slots := make([]slotPlacement, 0, obs.desired)
 		for _, idx := range spreadSlots(weights, int(obs.desired)) {
 			pl := placements[idx]
-			slots = append(slots, slotPlacement{provider: pl.Provider, zone: pl.Zone, hash: templateHash(&pool, pl)})
+			slots = append(slots, slotPlacement{provider: pl.Provider, zone: pl.Zone, hash: r.templateHash(&pool, pl)})
 		}
 		surge, unavailable := rotationBudgets(&pool)
 		var maxAge time.Duration
@@ -408,7 +408,7 @@ func (r *ProxyPoolReconciler) newMember(pool *crawlv1alpha1.ProxyPool, pl crawlv
 	p.Labels[crawlv1alpha1.LabelPool] = pool.Name
 	p.Labels[crawlv1alpha1.LabelPoolSlot] = strconv.Itoa(slot)
 	p.Labels[crawlv1alpha1.LabelPoolGeneration] = strconv.Itoa(serial)
-	p.Labels[crawlv1alpha1.LabelTemplateHash] = templateHash(pool, pl)
+	p.Labels[crawlv1alpha1.LabelTemplateHash] = r.templateHash(pool, pl)
 	delete(p.Annotations, crawlv1alpha1.AnnotationRotationRequested)
 	p.Spec.Provider, p.Spec.Zone = pl.Provider, pl.Zone
 	if err := controllerutil.SetControllerReference(pool, p, r.Client.Scheme()); err != nil {
@@ -520,14 +520,21 @@ func isServing(p *crawlv1alpha1.Proxy) bool {
 }
 
 // templateHash is a short hash of what a member of placement pl is made
-// from; a member with another hash is rotated.
-func templateHash(pool *crawlv1alpha1.ProxyPool, pl crawlv1alpha1.PlacementEntry) string {
+// from; a member with another hash is rotated. The entry's egress policy is
+// part of it: a member made under an older policy is rotated too. (The
+// default policy adds nothing, so that hashes made before it counted stay.)
+func (r *ProxyPoolReconciler) templateHash(pool *crawlv1alpha1.ProxyPool, pl crawlv1alpha1.PlacementEntry) string {
 	spec := pool.Spec.Template.Spec.DeepCopy()
 	spec.Provider, spec.Zone = pl.Provider, pl.Zone
+	var egress *config.EgressPolicy
+	if e := r.Config.Entry(pl.Provider); e != nil && !e.EgressPolicy.IsZero() {
+		egress = &e.EgressPolicy
+	}
 	b, _ := json.Marshal(struct { //nolint:errchkjson // plain structs of strings and maps always marshal.
-		Meta crawlv1alpha1.ProxyTemplateMetadata
-		Spec *crawlv1alpha1.ProxySpec
-	}{pool.Spec.Template.Metadata, spec})
+		Meta   crawlv1alpha1.ProxyTemplateMetadata
+		Spec   *crawlv1alpha1.ProxySpec
+		Egress *config.EgressPolicy `json:",omitempty"`
+	}{pool.Spec.Template.Metadata, spec, egress})
 	h := fnv.New32a()
 	_, _ = h.Write(b)
 	return hex.EncodeToString(h.Sum(nil))
