@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,7 @@ func TestResourceQuotaOnProxiesHolds(t *testing.T) {
 	q := &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "proxies"},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
-			"count/proxies.crawl.example.com":     resource.MustParse(fmt.Sprint(limit)),
+			"count/proxies.crawl.example.com":    resource.MustParse(strconv.Itoa(limit)),
 			"count/proxypools.crawl.example.com": resource.MustParse("1"),
 		}},
 	}
