@@ -218,7 +218,7 @@ func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[s
 // provider is a provider.Sweeper. A failure is logged and retried at the
 // next pass; it does not stop the pass.
 func (g *GarbageCollector) sweep(ctx context.Context, name string, prov provider.Provider) {
-	s, ok := prov.(provider.Sweeper)
+	s, ok := provider.AsSweeper(prov)
 	if !ok {
 		return
 	}

@@ -96,7 +96,7 @@ func (h *HealthReporter) RunOnce(ctx context.Context) error {
 		e := &h.Config.Providers[i]
 		configured[e.Name] = true
 		wg.Go(func() {
-			checker, supported := h.Providers[e.Name].(provider.Checker)
+			checker, supported := provider.AsChecker(h.Providers[e.Name])
 			var verdicts []provider.Verdict
 			if supported {
 				cctx, cancel := context.WithTimeout(ctx, h.interval())
