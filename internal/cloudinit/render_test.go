@@ -188,10 +188,13 @@ type mimePart struct {
 
 func TestRenderMultipart(t *testing.T) {
 	base := Proxy{Port: 3128, Username: "u", Password: "p"}
-	own, err := Render(base)
+	// Our part is the plain render plus the guard (TestRenderGuard).
+	cc := guardedConfig(t, base)
+	body, err := yaml.Marshal(cc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	own := append([]byte("#cloud-config\n"), body...)
 	const mergeType = "list(append)+dict(no_replace,recurse_list)+str()"
 	// Each part's body is what a MIME parser (Go's here, Python's email
 	// package in cloud-init) reads: the line break before a boundary belongs

@@ -73,6 +73,17 @@ type Entry struct {
 	// EgressPolicy is where the entry's proxies may connect; see
 	// egress.Policy.
 	EgressPolicy egress.Policy `json:"egressPolicy,omitzero"`
+	// AllowExtraUserData lets the entry's Proxies carry spec.extraUserData.
+	// It is off by default: the user's part runs as root on the guest, so
+	// allowing it gives every author of a Proxy on this entry root on its
+	// proxies, and with it the power to rewrite the egress policy and the
+	// credentials there (the operator's check unit then keeps tinyproxy
+	// from starting, but cannot stop a root script from opening another
+	// door). Turn it on only for entries whose Proxy authors the
+	// administrator trusts with that.
+	AllowExtraUserData bool `json:"allowExtraUserData,omitempty"`
+	// Deadlines bound each provider call of the entry; see Deadlines.
+	Deadlines Deadlines `json:"deadlines,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -117,7 +128,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy", "allowExtraUserData", "deadlines"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {
@@ -239,6 +250,7 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 			fmt.Sprintf("must be between 1 and %d, or unset for %d", maxMaxConcurrentCreates, DefaultMaxConcurrentCreates)))
 	}
 	errs = append(errs, validateEgress(e.EgressPolicy, path.Child("egressPolicy"))...)
+	errs = append(errs, e.Deadlines.validate(path.Child("deadlines"))...)
 
 	if known {
 		blk := newBlock()

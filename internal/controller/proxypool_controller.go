@@ -2,8 +2,11 @@ package controller
 
 import (
 	"context"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"time"
 
@@ -126,6 +129,17 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	}
 	obs := poolObservation{generation: pool.Generation, desired: replicasOf(&pool), selector: poolSelector(&pool)}
 	placements, slots := poolSlots(&pool)
+	// The entry's egress policy is part of what a member is made from: a
+	// member made under an older policy is rotated. (The default policy
+	// adds nothing, so that hashes made before it counted stay.)
+	for i := range slots {
+		if e := r.Config.Entry(slots[i].entry.Provider); e != nil && !e.EgressPolicy.IsZero() {
+			b, _ := json.Marshal(e.EgressPolicy) //nolint:errchkjson // prefixes and port ranges always marshal.
+			h := fnv.New32a()
+			_, _ = h.Write(append([]byte(slots[i].hash), b...))
+			slots[i].hash = hex.EncodeToString(h.Sum(nil))
+		}
+	}
 	obs.specErr = r.checkSpec(&pool, placements)
 
 	targets, annErr := parseRotateAnnotation(pool.Annotations, proxies)
@@ -225,7 +239,11 @@ func (r *ProxyPoolReconciler) checkSpec(pool *crawlv1alpha1.ProxyPool, placement
 	tpl := pool.Spec.Template.Spec
 	var errs []error
 	for i, pl := range placements {
-		if _, err := r.Config.Resolve(pl.Provider, pl.Zone, tpl.MachineType, tpl.Image); err != nil {
+		pld, err := r.Config.Resolve(pl.Provider, pl.Zone, tpl.MachineType, tpl.Image)
+		if err == nil {
+			err = pld.Entry.CheckExtraUserData(tpl.ExtraUserData)
+		}
+		if err != nil {
 			where := "template"
 			if len(pool.Spec.Placement) > 0 {
 				where = fmt.Sprintf("placement[%d]", i)

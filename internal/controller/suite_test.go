@@ -120,6 +120,8 @@ type operatorOptions struct {
 	fake      *fakeprovider.Provider
 	cfg       *config.Config
 	opts      controller.Options
+	// providers, when set for an entry, serve it instead of fake.
+	providers map[string]provider.Provider
 }
 
 // startOperator runs the controllers against envtest with the fake provider
@@ -166,6 +168,7 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		RestConfig: asOperator(t, oo.namespace),
 		Config:     oo.cfg,
 		Types:      provider.Types{fakeprovider.TypeFor(oo.fake)},
+		Providers:  oo.providers,
 		Ownership:  ownershiptest.Identity("controller-tests"),
 		Namespaces: []string{oo.namespace},
 		Manager:    ctrl.Options{Scheme: scheme},

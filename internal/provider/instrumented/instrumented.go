@@ -38,6 +38,10 @@ type Options struct {
 	Log logr.Logger
 	// Tracer starts the spans; nil uses a no-op tracer.
 	Tracer trace.Tracer
+	// Deadline returns how long one call of op may take (the entry's
+	// config.Deadlines); nil or zero sets none. A call past it returns a
+	// provider.NewDeadline error.
+	Deadline func(op provider.Op) time.Duration
 }
 
 // Wrap returns p with observability added. The result carries every
@@ -70,7 +74,7 @@ func (w *wrapped) call(ctx context.Context, op provider.Op, id provider.ID, attr
 		trace.WithAttributes(append([]attribute.KeyValue{attrProvider.String(w.o.Name), attrProviderType.String(w.o.Type)}, attrs...)...))
 	defer span.End()
 	start := time.Now()
-	err := provider.Annotate(fn(ctx), w.o.Name, op, id)
+	err := provider.Annotate(w.bounded(ctx, op, fn), w.o.Name, op, id)
 	elapsed := time.Since(start)
 
 	outcome := metrics.OutcomeOK
@@ -98,6 +102,26 @@ func (w *wrapped) call(ctx context.Context, op provider.Op, id provider.ID, attr
 		span.RecordError(err)
 		span.SetStatus(codes.Error, outcome)
 		log.V(1).Info("provider call failed", "class", outcome, "error", err.Error())
+	}
+	return err
+}
+
+// bounded runs fn under the operation's deadline. A call that fails once its
+// own deadline passed (and not its caller's) fails with a deadline error,
+// whatever the provider made of the cancelled context.
+func (w *wrapped) bounded(ctx context.Context, op provider.Op, fn func(context.Context) error) error {
+	var d time.Duration
+	if w.o.Deadline != nil {
+		d = w.o.Deadline(op)
+	}
+	if d <= 0 {
+		return fn(ctx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := fn(cctx)
+	if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return provider.NewDeadline(d)
 	}
 	return err
 }
