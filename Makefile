@@ -63,7 +63,7 @@ test: verify-generated vet libvirt-world prometheus-tools ## Everything CI runs:
 	@assets=$$(hack/envtest/setup.sh) && \
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 30m ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
-	cd internal/pvesim/clientcheck && $(GO) test -race -count=1 ./...
+	cd internal/testing/pvesim/clientcheck && $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
 	$(MAKE) lint
 
@@ -87,7 +87,7 @@ test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and co
 FUZZ_TARGETS := ./internal/config:FuzzParse ./internal/controller:FuzzTruncateMessage \
 	./internal/cloudinit:FuzzRender ./internal/provider/proxmox:FuzzMarkRoundTrip \
 	./internal/provider/proxmox:FuzzParseMark ./internal/provider/proxmox:FuzzAPIAnswers \
-	./internal/forwardproxy:FuzzParseConnectHead
+	./internal/forwardproxy:FuzzParseConnectHead ./internal/egress:FuzzCheckOpenSources
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

@@ -165,7 +165,7 @@ func run(ctx context.Context, f flags) error {
 	if err := setup.CheckNamespaceAccess(ctx, restConfig, namespaces); err != nil {
 		return err
 	}
-	id, err := loadOwnership(ctx, restConfig, f)
+	id, loader, err := ownershipLoader(restConfig, f)
 	if err != nil {
 		return err
 	}
@@ -195,6 +195,9 @@ func run(ctx context.Context, f flags) error {
 	})
 	if err != nil {
 		return err
+	}
+	if err := op.Manager.Add(loader); err != nil {
+		return fmt.Errorf("adding the ownership key loader: %w", err)
 	}
 	served := any(namespaces)
 	if len(namespaces) == 0 {
@@ -238,22 +241,27 @@ func installation(f flags) (string, error) {
 	return id, nil
 }
 
-// loadOwnership reads (or, at the first start, creates) the key Secret in
-// the operator's namespace, with a client of its own: the manager's cache
-// holds no Secrets and is not started yet.
-func loadOwnership(ctx context.Context, restConfig *rest.Config, f flags) (*ownership.Identity, error) {
+// ownershipLoader returns the installation's identity, pending, and the
+// runnable that gives it the key Secret's key (creating the Secret at the
+// first start) once this replica leads: a standby never reads or creates
+// the key. The loader has a client of its own: the manager's cache holds
+// no Secrets.
+func ownershipLoader(restConfig *rest.Config, f flags) (*ownership.Identity, *ownership.KeyLoader, error) {
 	installationID, err := installation(f)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if f.operatorNamespace == "" {
-		return nil, errors.New("the operator's namespace is unknown: set --operator-namespace (or POD_NAMESPACE) outside a pod")
+		return nil, nil, errors.New("the operator's namespace is unknown: set --operator-namespace (or POD_NAMESPACE) outside a pod")
 	}
 	c, err := client.New(restConfig, client.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("building a client for the ownership key: %w", err)
+		return nil, nil, fmt.Errorf("building a client for the ownership key: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	return ownership.LoadOrCreate(ctx, c, ownership.KeyRef{Namespace: f.operatorNamespace, Name: ownership.DefaultKeySecret}, installationID)
+	id, err := ownership.NewPending(installationID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return id, &ownership.KeyLoader{Client: c, Identity: id,
+		Ref: ownership.KeyRef{Namespace: f.operatorNamespace, Name: ownership.DefaultKeySecret}}, nil
 }

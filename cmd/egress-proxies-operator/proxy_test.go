@@ -302,6 +302,11 @@ func TestRunProxyRefuses(t *testing.T) {
 			want: []string{"--connect-ports", `"https"`},
 		},
 		{
+			name: "open in two halves", reason: "without credentials, source ranges that together cover the Internet are an open proxy",
+			args: []string{"--allowed-source-ranges", "0.0.0.0/1,128.0.0.0/1"},
+			want: []string{"refusing to run an open proxy", "--allowed-source-ranges", "at most one IPv4 /8"},
+		},
+		{
 			name: "no connect port", reason: "an empty list is a mistake, not 'every port'",
 			args: []string{"--credentials-dir", full, "--connect-ports", ","},
 			want: []string{"--connect-ports", "at least one"},
@@ -375,9 +380,9 @@ func TestRunProxyEgress(t *testing.T) {
 		env        map[string]string
 		connect    bool
 		wantStatus int
-		wantDenied string
+		wantDenied string // only a CONNECT port's refusal says why
 	}{
-		{name: "default", reason: "loopback is refused by default", wantStatus: http.StatusForbidden, wantDenied: "loopback"},
+		{name: "default", reason: "loopback is refused by default", wantStatus: http.StatusForbidden},
 		{
 			name: "default CONNECT", reason: "CONNECT reaches 443 only by default",
 			args: []string{"--egress-allow-cidrs", "127.0.0.0/8"}, connect: true, wantStatus: http.StatusForbidden, wantDenied: "port",
@@ -394,13 +399,13 @@ func TestRunProxyEgress(t *testing.T) {
 		{
 			name: "narrowed", reason: "--egress-deny-cidrs wins over --egress-allow-cidrs",
 			args:       []string{"--egress-allow-cidrs", "127.0.0.0/8", "--egress-deny-cidrs", "127.0.0.1/32"},
-			wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+			wantStatus: http.StatusForbidden,
 		},
 		{
 			name: "API server", reason: "the pod's KUBERNETES_SERVICE_HOST is refused whatever the flags say",
 			args:       []string{"--egress-allow-cidrs", "127.0.0.0/8"},
 			env:        map[string]string{envKubernetesServiceHost: "127.0.0.1"},
-			wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+			wantStatus: http.StatusForbidden,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -460,6 +465,111 @@ func TestRunProxyEgress(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.wantDenied, resp.Header.Get("X-Egress-Denied")); diff != "" {
 				t.Errorf("%s: X-Egress-Denied (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// The access log: one line per request and tunnel at the default level,
+// with the time, the client, the user, the destination, the status, the
+// bytes and the duration, and never a credential (sentinel: the password,
+// right or wrong, in every spelling, and a password sent as the username);
+// --access-log=false leaves only the proxy's own messages.
+func TestRunProxyAccessLog(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "hello from the origin")
+	}))
+	t.Cleanup(origin.Close)
+	originHost := strings.TrimPrefix(origin.URL, "http://")
+	const wrongPassword = "Wr0ng-sentinel-5d7e"
+	for _, tc := range []struct {
+		name, reason string
+		args         []string
+		wantLines    int
+	}{
+		{name: "default", reason: "on by default: a line per request and tunnel", wantLines: 4},
+		{name: "off", reason: "--access-log=false: no request line at the default level", args: []string{"--access-log=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			logs := &proxyLogBuffer{}
+			// The default level, as the operator's binary logs.
+			log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			ready := make(chan net.Addr, 1)
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0", "--drain", "1s",
+				"--egress-allow-cidrs", "127.0.0.0/8", "--connect-ports", "1024-65535"}, tc.args...)
+			env := proxyEnv(map[string]string{envProxyUsername: "crawler", envProxyPassword: proxyPassword})
+			go func() { done <- serveProxy(ctx, args, env, log, func(proxy, _ net.Addr) { ready <- proxy }) }()
+			addr := poll.Receive(t, proxyWait, "runProxy to listen", ready).String()
+
+			for _, user := range []*url.Userinfo{
+				url.UserPassword("crawler", proxyPassword),
+				url.UserPassword("crawler", wrongPassword),
+				// A password typed in the username's field.
+				url.UserPassword(wrongPassword, ""),
+			} {
+				tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr, User: user}), DisableKeepAlives: true}
+				resp, err := (&http.Client{Transport: tr, Timeout: proxyWait}).Get(origin.URL + "/page")
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				tr.CloseIdleConnections()
+			}
+			tunnel := proxyConnect(t, addr, originHost, "crawler", proxyPassword)
+			if _, err := io.WriteString(tunnel, "GET / HTTP/1.1\r\nHost: origin\r\nConnection: close\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadAll(tunnel); err != nil {
+				t.Fatal(err)
+			}
+			_ = tunnel.Close()
+			cancel()
+			if err := poll.Receive(t, proxyWait, "runProxy to return", done); err != nil {
+				t.Fatal(err)
+			}
+
+			var lines []string
+			for line := range strings.SplitSeq(logs.String(), "\n") {
+				if strings.Contains(line, `"msg"="request"`) {
+					lines = append(lines, line)
+				}
+			}
+			if diff := cmp.Diff(tc.wantLines, len(lines)); diff != "" {
+				t.Fatalf("%s: request lines (-want +got):\n%s\n%s", tc.reason, diff, logs)
+			}
+			if tc.wantLines == 0 {
+				return
+			}
+			// The order in which the lines are written is the order in
+			// which the requests ended: the tunnel's is last.
+			for i, want := range [][]string{
+				{`"user"="crawler"`, `"method"="GET"`, `"destination"="` + originHost + `"`, `"status"=200`, `"bytesDown"=21`},
+				{`"user"=""`, `"status"=407`},
+				{`"user"=""`, `"status"=407`},
+				{`"user"="crawler"`, `"method"="CONNECT"`, `"destination"="` + originHost + `"`, `"status"=200`, `"bytesUp"=51`},
+			} {
+				if !strings.HasPrefix(lines[i], "access ") {
+					t.Errorf("line %d is not the access logger's: %s", i, lines[i])
+				}
+				for _, field := range append(want, `"level"=0`, `"time"="20`, `"client"="127.0.0.1:`, `"duration"=`) {
+					if !strings.Contains(lines[i], field) {
+						t.Errorf("line %d lacks %s: %s", i, field, lines[i])
+					}
+				}
+			}
+			out := logs.String()
+			for _, secret := range []string{
+				proxyPassword, wrongPassword,
+				base64.StdEncoding.EncodeToString([]byte("crawler:" + proxyPassword)),
+				base64.StdEncoding.EncodeToString([]byte("crawler:" + wrongPassword)),
+				base64.StdEncoding.EncodeToString([]byte(wrongPassword + ":")),
+			} {
+				if strings.Contains(out, secret) {
+					t.Errorf("the logs contain %q:\n%s", secret, out)
+				}
 			}
 		})
 	}

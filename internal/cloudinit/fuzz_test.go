@@ -30,7 +30,12 @@ func checkOwnPart(t *testing.T, data []byte, p Proxy) {
 	if err := yaml.UnmarshalStrict(data[len(header):], &cc); err != nil {
 		t.Fatalf("the operator's part is not the expected YAML: %v\n%s", err, data)
 	}
-	if !cc.PackageUpdate || !slices.Equal(cc.Packages, []string{"tinyproxy", "nftables"}) || len(cc.WriteFiles) != 4 || len(cc.RunCmd) != 4 {
+	// With extra user-data, the guard adds three files and two commands.
+	files, cmds := 4, 4
+	if p.ExtraUserData != "" {
+		files, cmds = 7, 6
+	}
+	if !cc.PackageUpdate || !slices.Equal(cc.Packages, []string{"tinyproxy", "nftables"}) || len(cc.WriteFiles) != files || len(cc.RunCmd) != cmds {
 		t.Fatalf("cloud-config shape: %+v", cc)
 	}
 	wf := cc.WriteFiles[0]

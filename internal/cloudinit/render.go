@@ -2,6 +2,8 @@ package cloudinit
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -10,7 +12,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // ConfigPath is where tinyproxy reads its configuration on the systemd-based
@@ -33,7 +35,7 @@ type Proxy struct {
 	// Egress is the entry's destination policy: ConnectPort lines in
 	// tinyproxy.conf, and nftables rules that refuse the denied
 	// destinations to the tinyproxy user (see NftablesRules).
-	Egress config.EgressPolicy
+	Egress egress.Policy
 }
 
 // credentialRE is what a username or password may hold: characters that need
@@ -106,6 +108,9 @@ func Render(p Proxy) ([]byte, error) {
 			{"systemctl", "restart", "tinyproxy"},
 		},
 	}
+	if p.ExtraUserData != "" {
+		guard(&cc, p, connectPorts)
+	}
 	body, err := yaml.Marshal(cc)
 	if err != nil {
 		return nil, fmt.Errorf("marshalling cloud-config: %w", err)
@@ -115,6 +120,68 @@ func Render(p Proxy) ([]byte, error) {
 		return own, nil
 	}
 	return multipart(own, p.ExtraUserData)
+}
+
+// Where the guard of a Proxy with extra user-data lives (see guard).
+const (
+	// guardConfPath is the operator's copy of tinyproxy.conf, put in place
+	// at every start of tinyproxy.
+	guardConfPath   = "/etc/egress-proxy/tinyproxy.conf"
+	guardUnitName   = "egress-proxy-guard.service"
+	guardUnitPath   = "/etc/systemd/system/" + guardUnitName
+	guardDropInPath = "/etc/systemd/system/tinyproxy.service.d/egress-proxy-guard.conf"
+)
+
+// guardUnit restarts tinyproxy once cloud-init's final stage, where the
+// user's part runs, is over: the start is tinyproxy's, and so is the check
+// of guardDropIn. It is started without waiting by runcmd (which runs
+// inside that stage) and at every boot.
+const guardUnit = `[Unit]
+Description=Egress proxy: the operator's configuration and egress rules, after the user's cloud-init part
+After=cloud-final.service ` + nftablesUnitName + `
+
+[Service]
+Type=oneshot
+ExecStart=/bin/systemctl restart tinyproxy.service
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// guard adds to cc what keeps the operator's configuration in force on a
+// guest whose user-data has a part of the Proxy author's, which runs as
+// root after the operator's part and can rewrite tinyproxy.conf, the
+// nftables rules or the units: before every start of tinyproxy, the
+// operator's copy of tinyproxy.conf is put in place, both files are checked
+// against the digests of what the operator rendered, baked into a drop-in,
+// and the rules are loaded again (a flushed ruleset comes back). A file
+// that differs keeps tinyproxy from starting, and the proxy never becomes
+// Ready rather than serving without its policy. guardUnit restarts
+// tinyproxy after the user's part. A root script can still undo all of
+// this (docs/security.md: allowing extra user-data gives its author root).
+func guard(cc *cloudConfig, p Proxy, connectPorts []int) {
+	conf := tinyproxyConf(p, connectPorts)
+	var dropIn strings.Builder
+	dropIn.WriteString("# Written by egress-proxies-operator: tinyproxy starts only with the operator's configuration and egress rules.\n[Service]\n")
+	// "+": with full privileges, whatever user the distribution's unit
+	// runs tinyproxy as.
+	fmt.Fprintf(&dropIn, "ExecStartPre=+/usr/bin/install -m 0640 -o root -g tinyproxy %s %s\n", guardConfPath, ConfigPath)
+	for _, f := range []struct{ path, content string }{{ConfigPath, conf}, {NftablesPath, NftablesRules(p.Egress)}} {
+		sum := sha256.Sum256([]byte(f.content))
+		fmt.Fprintf(&dropIn, "ExecStartPre=+/bin/sh -c 'echo \"%s  %s\" | sha256sum --check --strict --quiet -'\n", hex.EncodeToString(sum[:]), f.path)
+	}
+	fmt.Fprintf(&dropIn, "ExecStartPre=+/usr/sbin/nft -f %s\n", NftablesPath)
+	cc.WriteFiles = append(cc.WriteFiles,
+		writeFile{Path: guardConfPath, Owner: "root:tinyproxy", Permissions: "0640", Defer: true, Content: conf},
+		writeFile{Path: guardDropInPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: dropIn.String()},
+		writeFile{Path: guardUnitPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: guardUnit},
+	)
+	// The daemon-reload that opens runcmd has read the units. --no-block:
+	// the unit waits for the stage this runs in to end.
+	cc.RunCmd = append(cc.RunCmd,
+		[]string{"systemctl", "enable", guardUnitName},
+		[]string{"systemctl", "start", "--no-block", guardUnitName},
+	)
 }
 
 // TinyproxyConf returns tinyproxy's configuration file for p; p must be

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // Block is the type-specific part of an entry, decoded strictly from the key
@@ -68,8 +71,19 @@ type Entry struct {
 	// hypervisor. Zero means DefaultMaxConcurrentCreates.
 	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty"`
 	// EgressPolicy is where the entry's proxies may connect; see
-	// EgressPolicy.
-	EgressPolicy EgressPolicy `json:"egressPolicy,omitzero"`
+	// egress.Policy.
+	EgressPolicy egress.Policy `json:"egressPolicy,omitzero"`
+	// AllowExtraUserData lets the entry's Proxies carry spec.extraUserData.
+	// It is off by default: the user's part runs as root on the guest, so
+	// allowing it gives every author of a Proxy on this entry root on its
+	// proxies, and with it the power to rewrite the egress policy and the
+	// credentials there (the operator's check unit then keeps tinyproxy
+	// from starting, but cannot stop a root script from opening another
+	// door). Turn it on only for entries whose Proxy authors the
+	// administrator trusts with that.
+	AllowExtraUserData bool `json:"allowExtraUserData,omitempty"`
+	// Deadlines bound each provider call of the entry; see Deadlines.
+	Deadlines Deadlines `json:"deadlines,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -114,7 +128,7 @@ const (
 )
 
 // entryFields are the keys of an entry besides its type block.
-var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy"}
+var entryFields = []string{"name", "type", "zones", "machineTypes", "images", "probe", "maxConcurrentCreates", "egressPolicy", "allowExtraUserData", "deadlines"}
 
 // Load reads and decodes the file at path. See Parse.
 func Load(path string, reg Registry) (*Config, error) {
@@ -235,7 +249,8 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 		errs = append(errs, field.Invalid(path.Child("maxConcurrentCreates"), e.MaxConcurrentCreates,
 			fmt.Sprintf("must be between 1 and %d, or unset for %d", maxMaxConcurrentCreates, DefaultMaxConcurrentCreates)))
 	}
-	errs = append(errs, e.EgressPolicy.validate(path.Child("egressPolicy"))...)
+	errs = append(errs, validateEgress(e.EgressPolicy, path.Child("egressPolicy"))...)
+	errs = append(errs, e.Deadlines.validate(path.Child("deadlines"))...)
 
 	if known {
 		blk := newBlock()
@@ -262,7 +277,7 @@ func typeOrBlock(t string) string {
 // must be; blocks use it for the names they introduce (nodes, storages).
 func ValidateName(path *field.Path, name string) field.ErrorList {
 	if name == "" {
-		return field.ErrorList{field.Required(path, "a DNS label such as lab or pve-office")}
+		return field.ErrorList{field.Required(path, "a DNS label: lower-case letters, digits and '-', at most 63 characters")}
 	}
 	var errs field.ErrorList
 	for _, msg := range validation.IsDNS1123Label(name) {
@@ -280,7 +295,7 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 	if len(e.MachineTypes) == 0 {
 		errs = append(errs, field.Required(mtPath, "at least one machine type, such as {small: {cores: 1, memoryMiB: 512}}"))
 	}
-	for _, name := range sortedKeys(e.MachineTypes) {
+	for _, name := range slices.Sorted(maps.Keys(e.MachineTypes)) {
 		mt := e.MachineTypes[name]
 		p := mtPath.Key(name)
 		errs = append(errs, ValidateName(p, name)...)
@@ -300,7 +315,7 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 }
 
 // MachineTypeNames returns the names of the entry's machine types, sorted.
-func (e *Entry) MachineTypeNames() []string { return sortedKeys(e.MachineTypes) }
+func (e *Entry) MachineTypeNames() []string { return slices.Sorted(maps.Keys(e.MachineTypes)) }
 
 func validateNames(path *field.Path, names []string, what string) field.ErrorList {
 	if len(names) == 0 {
@@ -376,13 +391,4 @@ func (e *InvalidError) Error() string {
 		return "invalid: " + e.Problems[0]
 	}
 	return fmt.Sprintf("invalid (%d problems):\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -11,11 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 )
 
@@ -136,10 +138,10 @@ func TestParse(t *testing.T) {
 				Name: "lab", Type: "fake", Zones: []string{"z1"},
 				MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}},
 				Images:       []string{"debian-12"},
-				EgressPolicy: config.EgressPolicy{
+				EgressPolicy: egress.Policy{
 					AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
 					DenyCIDRs:    []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
-					ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}, {From: 8443, To: 8443}},
+					ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}, {From: 8443, To: 8443}},
 				},
 				Block: &fakeprovider.Block{},
 			}}},
@@ -579,5 +581,59 @@ func TestResolve(t *testing.T) {
 				t.Errorf("Resolve() mismatch (-want +got) (%s):\n%s", tc.reason, diff)
 			}
 		})
+	}
+}
+
+func TestCheckExtraUserData(t *testing.T) {
+	cfg, err := config.Parse([]byte(minimal+"- name: trusted"+catalogues+"  allowExtraUserData: true\n"), testRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, reason, entry, extra string
+		wantErr                    bool
+	}{
+		{name: "default entry, no extra", reason: "a Proxy without extra user-data is never refused", entry: "lab"},
+		{name: "default entry, extra", reason: "off by default: the author of a Proxy must not get root on the guest unasked",
+			entry: "lab", extra: "#!/bin/sh\n", wantErr: true},
+		{name: "allowed entry, extra", reason: "the administrator said yes for this entry", entry: "trusted", extra: "#!/bin/sh\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := cfg.Entry(tc.entry).CheckExtraUserData(tc.extra)
+			if diff := cmp.Diff(tc.wantErr, err != nil); diff != "" {
+				t.Fatalf("CheckExtraUserData() error = %v (-want +got) (%s):\n%s", err, tc.reason, diff)
+			}
+			var se *config.SpecError
+			if err != nil && (!errors.As(err, &se) || se.Field != "spec.extraUserData" ||
+				!strings.Contains(se.Message, `provider "lab"`) || !strings.Contains(se.Message, "allowExtraUserData")) {
+				t.Errorf("error %v must be a SpecError on spec.extraUserData naming the entry and the setting", err)
+			}
+		})
+	}
+}
+
+func TestDeadlines(t *testing.T) {
+	cfg, err := config.Parse([]byte(minimal+"  deadlines: {get: 5s, create: 10m}\n"), testRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := cfg.Entry("lab")
+	got := map[string]time.Duration{}
+	for _, op := range []string{"create", "get", "delete", "list", "check", "sweep", "unknown"} {
+		got[op] = e.Deadlines.For(op)
+	}
+	want := map[string]time.Duration{
+		"create": 10 * time.Minute, "get": 5 * time.Second, // as configured
+		"delete": config.DefaultDeleteDeadline, "list": config.DefaultListDeadline,
+		"check": config.DefaultCheckDeadline, "sweep": config.DefaultSweepDeadline,
+		"unknown": 0, // an operation without a deadline is not bounded by a guess
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("deadlines (-want +got): configured ones win, the rest take the defaults:\n%s", diff)
+	}
+	_, err = config.Parse([]byte(minimal+"  deadlines: {get: 5ms}\n"), testRegistry())
+	if err == nil || !strings.Contains(err.Error(), "providers[lab].deadlines.get") {
+		t.Errorf("error = %v, want the field path of a deadline below a second (a unit mistaken)", err)
 	}
 }

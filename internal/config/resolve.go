@@ -78,6 +78,19 @@ func (c *Config) Resolve(providerName, zone, machineType, image string) (Placeme
 	return p, nil
 }
 
+// CheckExtraUserData returns a *SpecError when a Proxy (or a pool's
+// template) carries extra user-data and the entry does not allow it
+// (AllowExtraUserData), and nil otherwise.
+func (e *Entry) CheckExtraUserData(extra string) error {
+	if extra == "" || e.AllowExtraUserData {
+		return nil
+	}
+	return &SpecError{Field: "spec.extraUserData",
+		Message: fmt.Sprintf("provider %q does not allow extra user-data: it would run as root on the proxy, "+
+			"so the administrator decides (allowExtraUserData in the entry of the providers configuration, off by default); "+
+			"remove spec.extraUserData or ask the administrator", e.Name)}
+}
+
 func list(names []string) string {
 	if len(names) == 0 {
 		return "(none)"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -70,10 +71,7 @@ func (g *GarbageCollector) NeedLeaderElection() bool { return true }
 
 // Start runs a pass every Interval until ctx is done.
 func (g *GarbageCollector) Start(ctx context.Context) error {
-	interval := g.Interval
-	if interval == 0 {
-		interval = DefaultGCInterval
-	}
+	interval := g.interval()
 	if g.Log.GetSink() != nil {
 		ctx = logr.NewContext(ctx, g.Log)
 	}
@@ -92,8 +90,9 @@ func (g *GarbageCollector) Start(ctx context.Context) error {
 	}
 }
 
-// RunOnce runs one pass over every entry and returns how many instances it
-// deleted. An entry whose listing fails is skipped for this pass. Entries
+// RunOnce runs one pass over every entry, the entries side by side, each
+// within the interval, and returns how many instances it deleted. An entry
+// whose listing fails (or passes the deadline) is skipped for this pass. Entries
 // whose provider is a provider.Sweeper are then swept of what their deleted
 // instances left behind (seeds), before their instances are listed: what
 // this pass's deletions leave is swept at the next pass, once the deletes
@@ -106,7 +105,6 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 	if grace == 0 {
 		grace = DefaultGCGracePeriod
 	}
-	log := ctrl.LoggerFrom(ctx).WithName("gc")
 
 	// The owners are listed before the instances: a Proxy created after this
 	// listing has an instance younger than the grace period.
@@ -125,64 +123,98 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	// Each entry is collected on its own, under its own deadline: one whose
+	// provider hangs holds up neither the others nor the next pass.
+	type result struct {
+		deleted int
+		err     error
+	}
+	results := make([]result, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() {
+			ectx, cancel := context.WithTimeout(ctx, g.interval())
+			defer cancel()
+			results[i].deleted, results[i].err = g.collect(ectx, name, alive, now, grace)
+		})
+	}
+	wg.Wait()
 	deleted := 0
 	var firstErr error
-	for _, name := range names {
-		prov := g.Providers[name]
-		g.sweep(ctx, name, prov)
-		instances, err := prov.ListByTag(ctx)
-		if err != nil {
-			if provider.IsRefused(err) {
-				g.refusals.record(name, err.Error(), now())
-			}
-			log.Info("skipping provider this pass: listing failed", "provider", name, "error", err.Error())
+	for _, r := range results {
+		deleted += r.deleted
+		if firstErr == nil {
+			firstErr = r.err
+		}
+	}
+	return deleted, firstErr
+}
+
+// interval returns the time between passes, defaulted; it is also the
+// deadline of one entry's part of a pass.
+func (g *GarbageCollector) interval() time.Duration {
+	if g.Interval == 0 {
+		return DefaultGCInterval
+	}
+	return g.Interval
+}
+
+// collect runs one entry's part of a pass: it sweeps, lists and deletes the
+// orphans, and returns how many it deleted and the first error.
+func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[string]bool, now func() time.Time, grace time.Duration) (int, error) {
+	log := ctrl.LoggerFrom(ctx).WithName("gc")
+	prov := g.Providers[name]
+	g.sweep(ctx, name, prov)
+	instances, err := prov.ListByTag(ctx)
+	if err != nil {
+		if provider.IsRefused(err) {
+			g.refusals.record(name, err.Error(), now())
+		}
+		log.Info("skipping provider this pass: listing failed", "provider", name, "error", err.Error())
+		return 0, err
+	}
+	deleted := 0
+	var firstErr error
+	for _, in := range instances {
+		switch {
+		case in.OwnerUID == "" || in.CreatedAt.IsZero():
+			log.V(1).Info("leaving alone an instance without owner or creation time", "provider", name, "instanceID", in.ID)
+			continue
+		case alive[in.OwnerUID]:
+			continue
+		case now().Sub(in.CreatedAt) < grace:
+			log.V(1).Info("orphan within its grace period", "provider", name, "instanceID", in.ID)
+			continue
+		}
+		err := prov.Delete(ctx, in.ID)
+		switch {
+		case provider.IsInProgress(err):
+			// Counted once it is gone, at a later pass.
+			log.V(1).Info("deletion of an orphaned instance under way", "provider", name, "instanceID", in.ID)
+			continue
+		case err != nil:
+			log.Info("deleting an orphaned instance failed; retrying at the next pass", "provider", name, "instanceID", in.ID, "error", err.Error())
 			if firstErr == nil {
 				firstErr = err
 			}
 			continue
 		}
-		passErr := false
-		for _, in := range instances {
-			switch {
-			case in.OwnerUID == "" || in.CreatedAt.IsZero():
-				log.V(1).Info("leaving alone an instance without owner or creation time", "provider", name, "instanceID", in.ID)
-				continue
-			case alive[in.OwnerUID]:
-				continue
-			case now().Sub(in.CreatedAt) < grace:
-				log.V(1).Info("orphan within its grace period", "provider", name, "instanceID", in.ID)
-				continue
-			}
-			err := prov.Delete(ctx, in.ID)
-			switch {
-			case provider.IsInProgress(err):
-				// Counted once it is gone, at a later pass.
-				log.V(1).Info("deletion of an orphaned instance under way", "provider", name, "instanceID", in.ID)
-				continue
-			case err != nil:
-				log.Info("deleting an orphaned instance failed; retrying at the next pass", "provider", name, "instanceID", in.ID, "error", err.Error())
-				passErr = true
-				if firstErr == nil {
-					firstErr = err
-				}
-				continue
-			}
-			deleted++
-			log.Info("deleted orphaned instance", "provider", name, "instanceID", in.ID, "ownerUID", in.OwnerUID, "name", in.Name)
-			if g.Metrics != nil {
-				g.Metrics.GCDeletions.WithLabelValues(name).Inc()
-			}
-			if g.Recorder != nil {
-				ref := &crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
-				ref.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProviderHealth"))
-				g.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, "OrphanDeleted", "GarbageCollect",
-					"Deleted instance %s (%s): its Proxy (UID %s) no longer exists", in.ID, in.Name, in.OwnerUID)
-			}
+		deleted++
+		log.Info("deleted orphaned instance", "provider", name, "instanceID", in.ID, "ownerUID", in.OwnerUID, "name", in.Name)
+		if g.Metrics != nil {
+			g.Metrics.GCDeletions.WithLabelValues(name).Inc()
 		}
-		// The alert on garbage collection not running reads this.
-		if !passErr && g.Metrics != nil {
-			g.Metrics.GCLastSuccess.WithLabelValues(name).Set(float64(now().UnixNano()) / 1e9)
+		if g.Recorder != nil {
+			ref := &crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
+			ref.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProviderHealth"))
+			g.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, "OrphanDeleted", "GarbageCollect",
+				"Deleted instance %s (%s): its Proxy (UID %s) no longer exists", in.ID, in.Name, in.OwnerUID)
 		}
+	}
+	// The alert on garbage collection not running reads when a pass over
+	// the entry last completed.
+	if firstErr == nil && g.Metrics != nil {
+		g.Metrics.GCLastSuccess.WithLabelValues(name).Set(float64(now().UnixNano()) / 1e9)
 	}
 	return deleted, firstErr
 }
@@ -191,7 +223,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 // provider is a provider.Sweeper. A failure is logged and retried at the
 // next pass; it does not stop the pass.
 func (g *GarbageCollector) sweep(ctx context.Context, name string, prov provider.Provider) {
-	s, ok := prov.(provider.Sweeper)
+	s, ok := provider.AsSweeper(prov)
 	if !ok {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -87,20 +88,26 @@ func (h *HealthReporter) RunOnce(ctx context.Context) error {
 	}
 	var errs []error
 	configured := map[string]bool{}
+	// The entries are checked and written side by side, each check within
+	// the interval: one that hangs delays no other's verdicts.
+	entryErrs := make([]error, len(h.Config.Providers))
+	var wg sync.WaitGroup
 	for i := range h.Config.Providers {
 		e := &h.Config.Providers[i]
 		configured[e.Name] = true
-		checker, supported := h.Providers[e.Name].(provider.Checker)
-		var verdicts []provider.Verdict
-		if supported {
-			cctx, cancel := context.WithTimeout(ctx, h.interval())
-			verdicts = checker.Check(cctx)
-			cancel()
-		}
-		if err := h.write(ctx, e, supported, verdicts, now()); err != nil {
-			errs = append(errs, err)
-		}
+		wg.Go(func() {
+			checker, supported := provider.AsChecker(h.Providers[e.Name])
+			var verdicts []provider.Verdict
+			if supported {
+				cctx, cancel := context.WithTimeout(ctx, h.interval())
+				verdicts = checker.Check(cctx)
+				cancel()
+			}
+			entryErrs[i] = h.write(ctx, e, supported, verdicts, now())
+		})
 	}
+	wg.Wait()
+	errs = append(errs, entryErrs...)
 
 	var list crawlv1alpha1.ProviderHealthList
 	if err := h.Client.List(ctx, &list, client.MatchingLabels{labelManagedBy: labelManagedByValue}); err != nil {

@@ -103,6 +103,8 @@ type ProxyReconciler struct {
 	statusWrites statusWrites
 	// probes runs the probes off the workers, once the manager runs.
 	probes *probeRuns
+	// shares bound the workers one provider entry holds.
+	shares entryShares
 }
 
 // The rights in the namespaces the operator serves (roleName namespace-role:
@@ -169,6 +171,9 @@ func (r *ProxyReconciler) defaults() {
 	if r.Backoff == nil {
 		r.Backoff = workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](DefaultBackoffBase, DefaultBackoffMax)
 	}
+	if r.shares.limit == 0 {
+		r.shares.limit = shareOf(r.MaxConcurrentReconciles, len(r.Providers))
+	}
 }
 
 // Reconcile moves one Proxy one step towards its desired state and patches
@@ -191,6 +196,16 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, fmt.Errorf("getting proxy: %w", err)
+	}
+	// Every provider call of this reconcile is the entry's: when its share
+	// of the workers is taken (its provider hangs or crawls), the Proxy
+	// waits its turn without holding a worker. A Proxy naming no configured
+	// entry makes no provider call.
+	if entry := p.Spec.Provider; r.Providers[entry] != nil {
+		if !r.shares.acquire(entry) {
+			return ctrl.Result{RequeueAfter: r.PollInterval}, nil
+		}
+		defer r.shares.release(entry)
 	}
 	before := p.DeepCopy()
 

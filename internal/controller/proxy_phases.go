@@ -67,7 +67,15 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	}
 
 	placement, specErr := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
+	if specErr == nil {
+		specErr = checkOpenSources(p)
+	}
 	entry := r.Config.Entry(p.Spec.Provider)
+	if specErr == nil {
+		// Extra user-data runs as root on the guest: only an entry whose
+		// administrator allowed it takes it (docs/security.md).
+		specErr = entry.CheckExtraUserData(p.Spec.ExtraUserData)
+	}
 	switch {
 	case specErr != nil && (entry == nil || p.Status.InstanceID == ""):
 		obs.specErr = specErr

@@ -165,7 +165,9 @@ func (s *connServer) serveConn(c net.Conn) {
 		return
 	}
 	hr := getHeadReader(c)
-	_ = c.SetReadDeadline(time.Now().Add(s.readHeaderTimeout))
+	// Until its client is admitted, the connection's writes are bounded
+	// as its reads: a client that never reads cannot hold it either.
+	_ = c.SetDeadline(time.Now().Add(s.readHeaderTimeout))
 	connect, err := sniff(hr.br)
 	if err != nil {
 		// Closed, timed out or ended before a request: nothing to answer.
@@ -177,7 +179,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	if !connect {
 		prefix := bytes.Clone(peekBuffered(hr.br))
 		putHeadReader(hr)
-		_ = c.SetReadDeadline(time.Time{})
+		_ = c.SetDeadline(time.Time{})
 		if s.unsetFresh(c, false) {
 			s.handOff(&prefixConn{Conn: c, prefix: prefix})
 		}
@@ -188,8 +190,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	head, hr.scratch, err = readConnectHead(hr.br, hr.scratch, maxHeaderBytes)
 	var early []byte
 	if err == nil {
-		// A copy, as on the net/http path: the tunnel must not keep the
-		// pooled reader.
+		// A copy: the tunnel must not keep the pooled reader.
 		early = bytes.Clone(peekBuffered(hr.br))
 	}
 	putHeadReader(hr)
@@ -202,7 +203,6 @@ func (s *connServer) serveConn(c net.Conn) {
 	if !s.unsetFresh(c, true) {
 		return
 	}
-	_ = c.SetReadDeadline(time.Time{})
 	x := &exchange{start: time.Now(), method: MethodConnect, verb: http.MethodConnect, remote: c.RemoteAddr()}
 	var tun *tunnel
 	if he != nil {
@@ -274,10 +274,13 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 	case !sourceAddrAllowed(p.ranges, c.RemoteAddr()):
 		x.refuseConn(c, refuseSource)
 		return nil
-	case p.auth != nil && !p.auth.check(h.proxyAuthorization):
+	case !p.authenticate(h.proxyAuthorization, x):
 		x.refuseConn(c, refuseAuth)
 		return nil
-	case !p.acquire():
+	}
+	// Admitted: the tunnel has its own idle timeout.
+	_ = c.SetDeadline(time.Time{})
+	if !p.acquire() {
 		x.refuseConn(c, refuseFull)
 		return nil
 	}
@@ -325,6 +328,9 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, body...)
 	_ = c.SetDeadline(time.Now().Add(lingerTimeout))
+	if rc, ok := c.(refusedConn); ok {
+		rc.refused()
+	}
 	if _, err := c.Write(b); err == nil {
 		if cw, ok := c.(closeWriter); ok && cw.CloseWrite() == nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(c, 256<<10))
@@ -339,6 +345,18 @@ type prefixConn struct {
 	net.Conn
 	mu     sync.Mutex
 	prefix []byte
+}
+
+// refused bounds what is left of a refused connection: net/http reads the
+// body of a refused request before it closes the connection, without a
+// deadline of its own, so a client that announces a body and never sends it
+// would keep its connection (and its slot) for as long as it likes. It gets
+// the linger of a refusal on the CONNECT path instead.
+func (c *prefixConn) refused() {
+	_ = c.SetDeadline(time.Now().Add(lingerTimeout))
+	if rc, ok := c.Conn.(refusedConn); ok {
+		rc.refused()
+	}
 }
 
 func (c *prefixConn) Read(b []byte) (int, error) {

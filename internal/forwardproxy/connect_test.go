@@ -192,22 +192,26 @@ func TestConnectForwardsPipelinedBytes(t *testing.T) {
 	}
 }
 
-// A CONNECT that follows another request on a keep-alive connection is
-// read by net/http: the same checks and the same tunnel apply there.
-func TestConnectAfterAnotherRequest(t *testing.T) {
+// A CONNECT that follows another request on a keep-alive connection would
+// be read by net/http, whose parser is laxer than the proxy's (folded or
+// duplicate Proxy-Authorization, Transfer-Encoding): it is refused, with or
+// without valid credentials, nothing is dialed, and the connection ends.
+func TestConnectAfterAnotherRequestIsRefused(t *testing.T) {
 	o := newOrigin(t)
-	e := newEchoServer(t)
+	up := newCountingServer(t)
 	h := start(t, withAuth, time.Second)
 	host := strings.TrimPrefix(o.URL, "http://")
-	get := "GET " + o.URL + "/first HTTP/1.1\r\nHost: " + host + "\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n"
+	auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n"
+	get := "GET " + o.URL + "/first HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\n"
 	for _, tc := range []struct {
-		name       string
-		reason     string
-		auth       string
-		wantStatus int
+		name, reason, connect string
 	}{
-		{name: "credentials", reason: "the tunnel works on the net/http path", auth: basic(testUser, testPassword), wantStatus: http.StatusOK},
-		{name: "no credentials", reason: "authentication applies on the net/http path too", wantStatus: http.StatusProxyAuthRequired},
+		{name: "credentials", reason: "a well-formed CONNECT is not read by net/http either", connect: "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n" + auth + "\r\n"},
+		{name: "no credentials", reason: "refused before the credentials, which net/http parsed", connect: "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n\r\n"},
+		{
+			name: "duplicate credentials", reason: "net/http would take the first of two Proxy-Authorization headers",
+			connect: "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n" + auth + "Proxy-Authorization: Basic eDp5\r\n\r\n",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := net.DialTimeout("tcp", h.addr, wait)
@@ -226,90 +230,66 @@ func TestConnectAfterAnotherRequest(t *testing.T) {
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
-			connect := "CONNECT " + e.addr + " HTTP/1.1\r\nHost: " + e.addr + "\r\n"
-			if tc.auth != "" {
-				connect += "Proxy-Authorization: " + tc.auth + "\r\n"
+			if resp.StatusCode != http.StatusOK || resp.Close {
+				t.Fatalf("the GET before: %s, close %t", resp.Status, resp.Close)
 			}
-			// "early" travels with the request, as in TestConnectForwardsPipelinedBytes.
-			if _, err := io.WriteString(c, connect+"\r\nearly"); err != nil {
+			if _, err := io.WriteString(c, tc.connect+"early"); err != nil {
 				t.Fatal(err)
 			}
 			resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tc.wantStatus != http.StatusOK {
-				_ = resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			want := "400 close CONNECT must be the first request on its connection: open a new connection for each tunnel\n"
+			if diff := cmp.Diff(want, fmt.Sprint(resp.StatusCode, " ", closeWord(resp.Close), " ", string(body))); diff != "" {
+				t.Errorf("%s: answer (-want +got):\n%s", tc.reason, diff)
 			}
-			if diff := cmp.Diff(tc.wantStatus, resp.StatusCode); diff != "" {
-				t.Fatalf("%s: status (-want +got):\n%s", tc.reason, diff)
-			}
-			if tc.wantStatus != http.StatusOK {
-				return
-			}
-			got := make([]byte, len("early"))
-			if _, err := io.ReadFull(br, got); err != nil || string(got) != "early" {
-				t.Fatalf("%s: echo of the early bytes = %q, %v", tc.reason, got, err)
-			}
-			if got, err := echo(c, br, "later"); err != nil || got != "later" {
-				t.Errorf("%s: echo = %q, %v", tc.reason, got, err)
+			if _, err := br.ReadByte(); err == nil {
+				t.Errorf("%s: the connection stayed open after the refusal", tc.reason)
 			}
 		})
+	}
+	if n := up.accepted.Load(); n != 0 {
+		t.Errorf("a CONNECT read by net/http reached its target %d times", n)
 	}
 }
 
 // At the end of the drain, Serve closes tunnels whose client has shut its
 // write side and whose server never answers: both connections, not just
 // the client's (which would leave the upstream direction waiting until
-// the idle timeout, and Serve reporting handlers still running). On both
-// paths: a CONNECT that opens its connection, and one after a GET.
+// the idle timeout, and Serve reporting handlers still running).
 func TestServeClosesHalfClosedTunnelsAfterTheDrain(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		first bool // a GET before the CONNECT
-	}{{name: "first request"}, {name: "after a GET", first: true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			up := newCountingServer(t)
-			o := newOrigin(t)
-			h := start(t, withAuth, 100*time.Millisecond)
-			c, err := net.DialTimeout("tcp", h.addr, wait)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = c.Close() }()
-			_ = c.SetDeadline(time.Now().Add(wait))
-			br := bufio.NewReader(c)
-			auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n"
-			if tc.first {
-				_, _ = io.WriteString(c, "GET "+o.URL+"/ HTTP/1.1\r\nHost: "+strings.TrimPrefix(o.URL, "http://")+"\r\n"+auth+"\r\n")
-				resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
-				if err != nil {
-					t.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				_ = resp.Body.Close()
-			}
-			_, _ = io.WriteString(c, "CONNECT "+up.addr+" HTTP/1.1\r\nHost: "+up.addr+"\r\n"+auth+"\r\n")
-			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The body of a CONNECT 200 is empty; the tunnel is read from br.
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("CONNECT: %s", resp.Status)
-			}
-			if err := closeWrite(c); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, "the tunnel to be open", func() bool { return testutil.ToFloat64(h.metrics.ActiveConnections) == 1 })
-			if err := h.stop(); err != nil {
-				t.Errorf("Serve = %v, want nil after closing the tunnel", err)
-			}
-			if _, err := br.ReadByte(); err == nil {
-				t.Errorf("the client's connection is still open after the drain")
-			}
-		})
+	up := newCountingServer(t)
+	h := start(t, withAuth, 100*time.Millisecond)
+	c, err := net.DialTimeout("tcp", h.addr, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	br := bufio.NewReader(c)
+	auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n"
+	_, _ = io.WriteString(c, "CONNECT "+up.addr+" HTTP/1.1\r\nHost: "+up.addr+"\r\n"+auth+"\r\n")
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The body of a CONNECT 200 is empty; the tunnel is read from br.
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT: %s", resp.Status)
+	}
+	if err := closeWrite(c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the tunnel to be open", func() bool { return testutil.ToFloat64(h.metrics.ActiveConnections) == 1 })
+	if err := h.stop(); err != nil {
+		t.Errorf("Serve = %v, want nil after closing the tunnel", err)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Errorf("the client's connection is still open after the drain")
 	}
 }
 
@@ -345,4 +325,33 @@ func TestConnectHeaderReadTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A bulk transfer through a tunnel (what splice(2) carries on Linux once a
+// read fills the relay's buffer) arrives whole and in order both ways, and
+// the tunnel still works after it.
+func TestTunnelCarriesBulkTransfers(t *testing.T) {
+	e := newEchoServer(t)
+	h := start(t, withAuth, time.Second)
+	c, br := tunnel(t, h.addr, e.addr, basic(testUser, testPassword), "")
+	payload := make([]byte, 4<<20)
+	for i := range payload {
+		payload[i] = byte(i * 7 % 251)
+	}
+	go func() { _, _ = c.Write(payload) }()
+	got := make([]byte, len(payload))
+	if _, err := io.ReadFull(br, got); err != nil {
+		t.Fatalf("reading the echo of 4 MiB: %v", err)
+	}
+	if !bytes.Equal(payload, got) {
+		t.Errorf("the echo of 4 MiB differs")
+	}
+	if got, err := echo(c, br, "after"); err != nil || got != "after" {
+		t.Errorf("echo after the bulk transfer = %q, %v", got, err)
+	}
+	_ = c.Close()
+	eventually(t, "the tunnel's bytes counted", func() bool {
+		return testutil.ToFloat64(h.metrics.Bytes.WithLabelValues(forwardproxy.DirectionUp)) == float64(len(payload)+5) &&
+			testutil.ToFloat64(h.metrics.Bytes.WithLabelValues(forwardproxy.DirectionDown)) == float64(len(payload)+5)
+	})
 }

@@ -7,17 +7,21 @@
 // splicing the client's connection to the upstream one. Before anything
 // else it checks the client's address against the allowed source ranges
 // (403 otherwise), then its Proxy-Authorization Basic credentials (407
-// otherwise), then its capacity (503 past MaxConcurrent). It strips
+// otherwise), then its capacity (503 past MaxConcurrent). Every answer it
+// gives itself rather than relays closes the connection. It strips
 // hop-by-hop headers and the proxy's own headers before forwarding, adds no
 // Via header, and streams bodies both ways.
 //
-// Destinations follow an EgressPolicy whose zero value refuses everything
-// that is not the public Internet (DefaultDeniedRanges) and CONNECT to ports
-// other than 443. The check runs in the dialer's ControlContext hook, on
+// Destinations follow an egress.Policy whose zero value refuses everything
+// that is not the public Internet (egress.DefaultDeniedRanges) and CONNECT
+// to ports other than egress.DefaultConnectPorts. The check runs in the dialer's ControlContext hook, on
 // the address about to be connected after the name was resolved, so that
-// DNS answers pointing inside, rebinding included, are refused too. A
-// refused request gets 403 with the reason, never the address, in the
-// X-Egress-Denied header.
+// DNS answers pointing inside, rebinding included, are refused too. Every
+// destination refused by its address, or whose name does not resolve,
+// gets one 403, so that a client cannot tell whether an internal name
+// exists; only a CONNECT port's refusal says why (X-Egress-Denied: port),
+// and a 502 or 504 for an allowed destination says what failed
+// (X-Upstream-Error).
 //
 // New refuses a Config that would make an open proxy (no credentials and no
 // allowed source ranges) unless Config.AllowOpen says so. Credentials are
@@ -40,5 +44,8 @@
 // control characters, no duplicate credentials, no body; 431 past 64 KiB)
 // and served without net/http's per-request machinery; anything else, and
 // every later request on the connection, goes through net/http and
-// ServeHTTP, with the same checks in the same order.
+// ServeHTTP, with the same checks in the same order. ServeHTTP refuses
+// every CONNECT (400, and the connection ends): net/http's parser is laxer,
+// so a tunnel is opened only by a CONNECT that opens its connection, under
+// Serve.
 package forwardproxy

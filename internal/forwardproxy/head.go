@@ -182,7 +182,7 @@ func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 // characters that host names, IPv6 literals and ports use. No percent
 // encoding, userinfo, path or query, so that the name that is checked is
 // the name that is dialed. Whether it is really host:port is checked
-// later, with the same rule as on the net/http path. The port is digits,
+// later, by checkTarget. The port is digits,
 // the host not empty.
 func validTarget(target string) bool {
 	host, port, err := net.SplitHostPort(target)

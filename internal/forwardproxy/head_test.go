@@ -250,6 +250,11 @@ func FuzzParseConnectHead(f *testing.F) {
 		"CONNECT h:443 HTTP/1.1\r\nProxy-Authorization : x\r\n\r\n",
 		"CONNECT h:443 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
 		"CONNECT h%41:443 HTTP/1.1\r\n\r\n",
+		// What net/http reads laxly, and why a CONNECT after another
+		// request is refused rather than read by it.
+		"CONNECT h:443 HTTP/1.1\r\nProxy-Authorization: Basic eDp5\r\nProxy-Authorization: Basic eTp6\r\n\r\n",
+		"CONNECT h:443 HTTP/1.1\r\nX: a\r\n\tProxy-Authorization: Basic eDp5\r\n\r\n",
+		"CONNECT h:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 	} {
 		f.Add([]byte(seed))
 	}

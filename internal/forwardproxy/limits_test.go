@@ -354,3 +354,89 @@ func closeWrite(c net.Conn) error {
 	}
 	return tc.CloseWrite()
 }
+
+// Clients without credentials, or with wrong ones, never keep a connection
+// slot: every refusal says Connection: close and ends its connection within
+// a moment, on both paths (CONNECT read by Serve, anything else by
+// net/http), so that with a small MaxConnections an authenticated client
+// that comes after them is served at once, not answered 503. The header
+// read timeout is longer than the test's wait, so that it cannot be what
+// ends a refused connection.
+func TestRefusedClientsDoNotHoldConnectionSlots(t *testing.T) {
+	const slots = 3
+	o := newOrigin(t)
+	h := startWith(t, withAuth, forwardproxy.ServeOptions{Drain: time.Second, MaxConnections: slots, ReadHeaderTimeout: 2 * wait})
+	host := strings.TrimPrefix(o.URL, "http://")
+	wrong := "Proxy-Authorization: " + basic(testUser, "wrong") + "\r\n"
+	for _, tc := range []struct {
+		name, reason, request string
+		wantStatus            int
+	}{
+		{
+			name: "GET without credentials", reason: "a 407 used to leave the connection in keep-alive for two minutes",
+			request: "GET " + o.URL + "/ HTTP/1.1\r\nHost: " + host + "\r\n\r\n", wantStatus: http.StatusProxyAuthRequired,
+		},
+		{
+			name: "GET with wrong credentials", reason: "as without credentials",
+			request: "GET " + o.URL + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + wrong + "\r\n", wantStatus: http.StatusProxyAuthRequired,
+		},
+		{
+			name: "POST whose body never comes", reason: "net/http reads the body of a refused request before it closes, with no deadline of its own",
+			request: "POST " + o.URL + "/ HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 100\r\n\r\nonly a part", wantStatus: http.StatusProxyAuthRequired,
+		},
+		{
+			name: "CONNECT without credentials", reason: "the CONNECT path closes after its refusals too",
+			request: "CONNECT " + host + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n", wantStatus: http.StatusProxyAuthRequired,
+		},
+		{
+			name: "origin-form with credentials", reason: "a 400 ends the connection like any refusal",
+			request: "GET / HTTP/1.1\r\nHost: " + host + "\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n", wantStatus: http.StatusBadRequest,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Twice as many refused clients as there are slots, each
+			// keeping its end open: they would hold every slot if the
+			// proxy kept theirs.
+			for range 2 * slots {
+				c, err := net.DialTimeout("tcp", h.addr, wait)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				_ = c.SetDeadline(time.Now().Add(wait))
+				if _, err := io.WriteString(c, tc.request); err != nil {
+					t.Fatal(err)
+				}
+				method, _, _ := strings.Cut(tc.request, " ")
+				br := bufio.NewReader(c)
+				resp, err := http.ReadResponse(br, &http.Request{Method: method})
+				if err != nil {
+					t.Fatalf("%s: %v", tc.reason, err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if diff := cmp.Diff(fmt.Sprint(tc.wantStatus, " close"), fmt.Sprint(resp.StatusCode, " ", closeWord(resp.Close))); diff != "" {
+					t.Errorf("%s: status and Connection header (-want +got):\n%s", tc.reason, diff)
+				}
+				if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+					t.Fatalf("%s: read after the refusal = %v, want the proxy to close the connection (EOF)", tc.reason, err)
+				}
+			}
+			// Not eventually: the slots are free once the refused
+			// clients saw their connections end.
+			resp := raw(t, h.addr, "GET "+o.URL+"/ HTTP/1.1\r\nHost: "+host+"\r\nProxy-Authorization: "+basic(testUser, testPassword)+"\r\n\r\n")
+			if diff := cmp.Diff(http.StatusOK, resp.status); diff != "" {
+				t.Errorf("%s: the authenticated client after them (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// closeWord is "close" when a response said Connection: close (which
+// http.ReadResponse turns into its Close field).
+func closeWord(closed bool) string {
+	if closed {
+		return "close"
+	}
+	return "keep-alive"
+}

@@ -12,12 +12,15 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
-// The cases, end to end: each refused request gets 403 with the
-// policy's reason, never reaches anything, and the answer names no address
-// nor credential; the same destinations work once the policy is widened.
+// The cases, end to end: each refused request gets 403, with the
+// policy's reason only for a CONNECT port (the others get one answer, see
+// TestRefusalsDoNotTellWhetherANameExists), never reaches anything, and the
+// answer names no address nor credential; the same destinations work once
+// the policy is widened.
 func TestEgressPolicy(t *testing.T) {
 	o := newOrigin(t)
 	e := newEchoServer(t)
@@ -38,14 +41,14 @@ func TestEgressPolicy(t *testing.T) {
 	get := func(url, host string) string {
 		return "GET " + url + " HTTP/1.1\r\nHost: " + host + "\r\n" + auth
 	}
-	widePorts := []forwardproxy.PortRange{{From: 1, To: 65535}}
+	widePorts := []egress.PortRange{{From: 1, To: 65535}}
 	for _, tc := range []struct {
 		name       string
 		reason     string
-		policy     forwardproxy.EgressPolicy
+		policy     egress.Policy
 		request    string
 		wantStatus int
-		wantDenied string // the X-Egress-Denied header
+		wantDenied string // the X-Egress-Denied header: port, or nothing
 	}{
 		{
 			name: "CONNECT loopback", reason: "the default refuses a tunnel to the proxy's own host (and its port)",
@@ -53,62 +56,62 @@ func TestEgressPolicy(t *testing.T) {
 		},
 		{
 			name: "CONNECT loopback, any port", reason: "with every port allowed, the address alone is refused",
-			policy:  forwardproxy.EgressPolicy{ConnectPorts: widePorts},
-			request: connect(e.addr), wantStatus: http.StatusForbidden, wantDenied: "loopback",
+			policy:  egress.Policy{ConnectPorts: widePorts},
+			request: connect(e.addr), wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "GET metadata", reason: "the cloud metadata service is link-local",
 			request:    get("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
-			wantStatus: http.StatusForbidden, wantDenied: "link-local",
+			wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "GET loopback", reason: "plain HTTP to the proxy's host is refused like a tunnel",
-			request: get(o.URL+"/", originHost), wantStatus: http.StatusForbidden, wantDenied: "loopback",
+			request: get(o.URL+"/", originHost), wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "CONNECT port 25", reason: "CONNECT goes to port 443 only by default, even where the address is allowed",
-			policy:     forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			policy:     egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 			request:    connect("127.0.0.1:25"),
 			wantStatus: http.StatusForbidden, wantDenied: "port",
 		},
 		{
 			name: "name resolving to loopback", reason: "a public-looking name whose answer is internal is refused at dial time",
 			request:    get("http://rebound.test:"+originPort+"/", "rebound.test:"+originPort),
-			wantStatus: http.StatusForbidden, wantDenied: "loopback",
+			wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "name resolving to a private address", reason: "fc00::/7 is private",
 			request:    get("http://internal.test/", "internal.test"),
-			wantStatus: http.StatusForbidden, wantDenied: "private",
+			wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "tunnel to a name resolving to CGNAT", reason: "tunnels resolve and check the same way",
 			request:    connect("cgnat.test:443"),
-			wantStatus: http.StatusForbidden, wantDenied: "cgnat",
+			wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "deny beats allow", reason: "denyCIDRs win over allowCIDRs",
-			policy: forwardproxy.EgressPolicy{
+			policy: egress.Policy{
 				AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 				DenyCIDRs:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 			},
-			request: get(o.URL+"/", originHost), wantStatus: http.StatusForbidden, wantDenied: "deny-list",
+			request: get(o.URL+"/", originHost), wantStatus: http.StatusForbidden, wantDenied: "",
 		},
 		{
 			name: "GET allowed", reason: "the widened policy lets the loopback origin through",
-			policy:  forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			policy:  egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 			request: get(o.URL+"/", originHost), wantStatus: http.StatusOK,
 		},
 		{
 			name: "name allowed", reason: "a name resolving into an allowed range works",
-			policy:  forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			policy:  egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 			request: get("http://rebound.test:"+originPort+"/", "rebound.test:"+originPort), wantStatus: http.StatusOK,
 		},
 		{
 			name: "CONNECT allowed", reason: "the widened policy and ports let the tunnel through",
-			policy: forwardproxy.EgressPolicy{
+			policy: egress.Policy{
 				AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-				ConnectPorts: []forwardproxy.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}},
+				ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}},
 			},
 			request: connect("127.0.0.1:" + echoPort), wantStatus: http.StatusOK,
 		},
@@ -145,12 +148,12 @@ func TestEgressPolicy(t *testing.T) {
 func TestNewChecksTheEgressPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		policy forwardproxy.EgressPolicy
+		policy egress.Policy
 	}{
-		{name: "zero allow prefix", policy: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{{}}}},
-		{name: "zero deny prefix", policy: forwardproxy.EgressPolicy{DenyCIDRs: []netip.Prefix{{}}}},
-		{name: "port 0", policy: forwardproxy.EgressPolicy{ConnectPorts: []forwardproxy.PortRange{{From: 0, To: 10}}}},
-		{name: "reversed range", policy: forwardproxy.EgressPolicy{ConnectPorts: []forwardproxy.PortRange{{From: 10, To: 9}}}},
+		{name: "zero allow prefix", policy: egress.Policy{AllowCIDRs: []netip.Prefix{{}}}},
+		{name: "zero deny prefix", policy: egress.Policy{DenyCIDRs: []netip.Prefix{{}}}},
+		{name: "port 0", policy: egress.Policy{ConnectPorts: []egress.PortRange{{From: 0, To: 10}}}},
+		{name: "reversed range", policy: egress.Policy{ConnectPorts: []egress.PortRange{{From: 10, To: 9}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := forwardproxy.New(forwardproxy.Config{Username: testUser, Password: testPassword, Egress: tc.policy}); err == nil {

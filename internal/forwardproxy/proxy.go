@@ -2,7 +2,6 @@ package forwardproxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,10 +14,13 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // Defaults for the zero values of Config's timeouts.
@@ -66,8 +68,9 @@ type Config struct {
 	// DefaultMaxConcurrent.
 	MaxConcurrent int
 	// Egress is the destination policy; its zero value refuses every
-	// non-public address and CONNECT to ports other than 443.
-	Egress EgressPolicy
+	// non-public address and CONNECT to ports other than
+	// egress.DefaultConnectPorts.
+	Egress egress.Policy
 	// LocalAddr, when valid, is the source address of upstream
 	// connections (a host with several addresses egresses from this one).
 	LocalAddr netip.Addr
@@ -78,8 +81,15 @@ type Config struct {
 	// Metrics records requests, durations, bytes and open connections;
 	// nil records nothing.
 	Metrics *Metrics
-	// Log receives one line per request at V(1).
+	// Log receives the proxy's own messages, and one line per request
+	// and tunnel at V(1) when AccessLog is not set.
 	Log logr.Logger
+	// AccessLog, when set, receives the line of each request and tunnel
+	// as it ends, at its V(0): its start time, the client's address, the
+	// user (when the credentials checked out), the destination host:port,
+	// the status, the bytes each way, the duration and the error, if any.
+	// It never holds a credential.
+	AccessLog logr.Logger
 }
 
 // String describes c without its credentials.
@@ -108,14 +118,15 @@ const redacted = "[redacted]"
 type Proxy struct {
 	auth        *basicAuth // nil: no authentication
 	ranges      []netip.Prefix
-	egress      *egress
+	egress      *egressPolicy
 	dialer      *net.Dialer
 	resolver    Resolver
 	slots       chan struct{} // one value per request or tunnel in flight
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	metrics     *Metrics
-	log         logr.Logger
+	access      logr.Logger // where the lines of finish go
+	username    string      // for the access log; "" without authentication
 	transport   *http.Transport
 	forwarder   *httputil.ReverseProxy
 }
@@ -134,8 +145,8 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ResponseHeaderTimeout < 0 || cfg.MaxConcurrent < 0 {
 		return nil, errors.New("forwardproxy: timeouts and limits must not be negative")
 	}
-	if err := cfg.Egress.validate(); err != nil {
-		return nil, err
+	if err := cfg.Egress.Validate(); err != nil {
+		return nil, fmt.Errorf("forwardproxy: %w", err)
 	}
 	p := &Proxy{
 		egress:      newEgress(cfg.Egress),
@@ -143,10 +154,14 @@ func New(cfg Config) (*Proxy, error) {
 		dialTimeout: cfg.DialTimeout,
 		idleTimeout: cfg.IdleTimeout,
 		metrics:     cfg.Metrics,
-		log:         cfg.Log,
+		access:      cfg.AccessLog,
+	}
+	if p.access.GetSink() == nil {
+		p.access = cfg.Log.V(1)
 	}
 	if cfg.Username != "" {
 		p.auth = newBasicAuth(cfg.Username, cfg.Password)
+		p.username = cfg.Username
 	}
 	for _, r := range cfg.AllowedSourceRanges {
 		if !r.IsValid() {
@@ -249,17 +264,16 @@ type exchange struct {
 	start    time.Time
 	method   string   // MethodConnect or MethodHTTP
 	verb     string   // the request's method
-	host     string   // the request target's host[:port], without userinfo
+	host     string   // the destination's host:port, without userinfo
 	source   string   // the client's address, or
 	remote   net.Addr // the client's address, made a string only to log it
+	user     string   // the username, once the credentials checked out
 	status   int
 	err      error
 	up, down atomic.Int64
-}
-
-func (x *exchange) refuse(w http.ResponseWriter, code int, msg string) {
-	x.status = code
-	http.Error(w, msg, code)
+	// conn is the client's connection on the net/http path, when Serve
+	// runs the Proxy; nil otherwise.
+	conn net.Conn
 }
 
 // refusal is an answer other than 200, with at most one header of its own.
@@ -269,12 +283,21 @@ type refusal struct {
 	key, value string
 }
 
-// refuseWith answers r through w.
+// refuseWith answers r through w and ends the connection: every answer the
+// proxy gives itself, rather than relays, closes it (Connection: close), so
+// that a client that is refused, without credentials for one, cannot keep a
+// connection slot with keep-alive. Under Serve the slot is given back as
+// soon as the answer is written (see countedConn).
 func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
+	x.status = r.code
 	if r.key != "" {
 		w.Header().Set(r.key, r.value)
 	}
-	x.refuse(w, r.code, r.msg)
+	w.Header().Set("Connection", "close")
+	if c, ok := x.conn.(refusedConn); ok {
+		c.refused()
+	}
+	http.Error(w, r.msg, r.code)
 }
 
 // The refusals that both paths of a request give.
@@ -284,62 +307,65 @@ var (
 		key: "Proxy-Authenticate", value: `Basic realm="` + realm + `"`}
 	refuseFull = refusal{code: http.StatusServiceUnavailable, msg: "the proxy is at its limit of concurrent requests and tunnels; retry later",
 		key: "Retry-After", value: "1"}
+	refuseLateConnect = refusal{code: http.StatusBadRequest, msg: "CONNECT must be the first request on its connection: open a new connection for each tunnel"}
 )
 
 type exchangeKey struct{}
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	// r.Host is the request target's host[:port]: it never holds the
-	// userinfo of an absolute URL.
-	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: r.Host, source: r.RemoteAddr}
+	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: destination(r), source: r.RemoteAddr}
+	x.conn, _ = r.Context().Value(connKey{}).(net.Conn)
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
 	}
-	detached := false
-	defer func() {
-		// Deferred, so that it runs also when ReverseProxy aborts a
-		// response with http.ErrAbortHandler.
-		if !detached {
-			p.finish(x)
-		}
-	}()
+	defer p.finish(x) // deferred: it runs also when ReverseProxy aborts a response with http.ErrAbortHandler
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuseWith(w, refuseSource)
-	case p.auth != nil && !p.auth.check(r.Header.Get("Proxy-Authorization")):
+	case r.Method == http.MethodConnect:
+		// Serve reads every CONNECT that opens a connection with its
+		// strict parser; one that net/http read, after another request
+		// on the connection or under another server, is refused rather
+		// than trusted to net/http's laxer reading (folded or duplicate
+		// Proxy-Authorization, Transfer-Encoding).
+		x.refuseWith(w, refuseLateConnect)
+	case !p.authenticate(r.Header.Get("Proxy-Authorization"), x):
 		x.refuseWith(w, refuseAuth)
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)
-	case r.Method != http.MethodConnect:
+	default:
 		defer p.release()
 		p.forward(w, r, x)
-	default:
-		t := p.connect(w, r, x)
-		if t == nil {
-			p.release()
-			return
-		}
-		detached = true
-		run := func() {
-			t.run()
-			p.release()
-			p.finish(x)
-		}
-		// Under Serve, the tunnel goes on in a goroutine of its own and
-		// this handler returns: net/http then frees the connection's
-		// goroutine, with its grown stack and its buffers, which is most
-		// of what an idle tunnel would otherwise hold.
-		if detach, ok := r.Context().Value(detachKey{}).(func(io.Closer) func()); ok {
-			done := detach(t.pair)
-			go func() {
-				defer done()
-				run()
-			}()
-			return
-		}
-		run()
 	}
+}
+
+// authenticate checks a request's Proxy-Authorization value, if the Proxy
+// has credentials, and records the user for the access log. The user a
+// refused client sent is not recorded: it may be a password typed in the
+// wrong field.
+func (p *Proxy) authenticate(value string, x *exchange) bool {
+	if p.auth == nil {
+		return true
+	}
+	if !p.auth.check(value) {
+		return false
+	}
+	x.user = p.username
+	return true
+}
+
+// destination is the host:port a request is for, for the access log:
+// r.Host never holds the userinfo of an absolute URL; an http:// URL
+// without a port goes to port 80.
+func destination(r *http.Request) string {
+	if r.URL.Scheme != "http" || r.Host == "" {
+		return r.Host
+	}
+	if _, _, err := net.SplitHostPort(r.Host); err == nil {
+		return r.Host
+	}
+	return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(r.Host, "["), "]"), "80")
 }
 
 // acquire takes a slot for a request or tunnel without waiting; false means
@@ -355,16 +381,29 @@ func (p *Proxy) acquire() bool {
 
 func (p *Proxy) release() { <-p.slots }
 
-// deniedHeader carries the egress policy's reason in a refusal, for
-// clients and their operators: a word such as loopback or port, never an
-// address.
+// deniedHeader carries, in the refusal of a CONNECT to a port the egress
+// policy does not allow, the word port: that refusal is decided from the
+// request alone and tells nothing of the destination.
 const deniedHeader = "X-Egress-Denied"
+
+// upstreamErrorHeader carries, in a 502 or 504 for a destination the policy
+// allows, a word for what went wrong: refused, reset, unreachable, timeout
+// or failed.
+const upstreamErrorHeader = "X-Upstream-Error"
 
 // deniedRefusal is the 403 for a destination the egress policy refuses.
 func deniedRefusal(d *DeniedError) refusal {
 	return refusal{code: http.StatusForbidden, msg: "forbidden by the egress policy: " + strings.TrimPrefix(d.Error(), "egress policy: "),
 		key: deniedHeader, value: d.Reason}
 }
+
+// refuseDestination is the one answer for every destination that the
+// egress policy refuses by its address or whose name does not resolve to
+// an address (the policy's reason, a DNS error, no address): a client
+// cannot tell from it whether an internal name exists, nor what kind of
+// range it resolves to. The reason is in the log line.
+var refuseDestination = refusal{code: http.StatusForbidden,
+	msg: "forbidden by the egress policy: the destination is not allowed, or its name does not resolve to an allowed address"}
 
 // finish records the request's metrics and logs its line. It runs deferred,
 // also when ReverseProxy aborts a response with http.ErrAbortHandler.
@@ -374,18 +413,20 @@ func (p *Proxy) finish(x *exchange) {
 		p.metrics.Requests.WithLabelValues(x.method, strconv.Itoa(x.status)).Inc()
 		p.metrics.RequestDuration.WithLabelValues(x.method).Observe(d.Seconds())
 	}
-	if log := p.log.V(1); log.Enabled() {
-		// Proxy-Authorization is not logged.
-		source := x.source
-		if source == "" && x.remote != nil {
-			source = x.remote.String()
+	if p.access.Enabled() {
+		// Proxy-Authorization is not logged, nor the user a refused
+		// client sent.
+		client := x.source
+		if client == "" && x.remote != nil {
+			client = x.remote.String()
 		}
-		kv := []any{"method", x.verb, "host", x.host, "source", source, "status", x.status,
-			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d}
+		kv := []any{"time", x.start.UTC().Format(time.RFC3339Nano), "client", client, "user", x.user,
+			"method", x.verb, "destination", x.host, "status", x.status,
+			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d.String()}
 		if x.err != nil {
 			kv = append(kv, "error", x.err.Error())
 		}
-		log.Info("request", kv...)
+		p.access.Info("request", kv...)
 	}
 }
 
@@ -421,11 +462,11 @@ func (p *Proxy) counter(x *exchange, up bool) func(n int) {
 // forward relays an absolute-form request to its origin.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if !r.URL.IsAbs() || r.URL.Host == "" {
-		x.refuse(w, http.StatusBadRequest, "not a proxy request: the request target must be an absolute http:// URL")
+		x.refuseWith(w, refusal{code: http.StatusBadRequest, msg: "not a proxy request: the request target must be an absolute http:// URL"})
 		return
 	}
 	if r.URL.Scheme != "http" {
-		x.refuse(w, http.StatusBadRequest, "only http:// URLs are forwarded; use CONNECT for anything else")
+		x.refuseWith(w, refusal{code: http.StatusBadRequest, msg: "only http:// URLs are forwarded; use CONNECT for anything else"})
 		return
 	}
 	p.active(1)
@@ -461,54 +502,35 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 }
 
 // upstreamRefusal is the answer to a request whose upstream could not be
-// reached or did not answer: 403 when the egress policy refused it, 504 on
-// a timeout, 502 otherwise.
+// reached or did not answer: refuseDestination when the egress policy
+// refused the address or the name did not resolve, the port refusal for a
+// CONNECT port, and for a destination the policy allows 504 on a timeout,
+// 502 otherwise, with a word for the cause in X-Upstream-Error.
 func upstreamRefusal(err error) refusal {
 	if d, ok := isDenied(err); ok {
-		return deniedRefusal(d)
+		if d.Reason == egress.ReasonPort {
+			return deniedRefusal(d)
+		}
+		return refuseDestination
+	}
+	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return refuseDestination
 	}
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-		return refusal{code: http.StatusGatewayTimeout, msg: "gateway timeout: the upstream server did not answer in time"}
+		return refusal{code: http.StatusGatewayTimeout, msg: "gateway timeout: the upstream server did not answer in time",
+			key: upstreamErrorHeader, value: "timeout"}
 	}
-	return refusal{code: http.StatusBadGateway, msg: "bad gateway: the upstream server could not be reached"}
-}
-
-// connect sets up the tunnel of a CONNECT request that net/http read: it
-// dials the target, hijacks the client's connection and answers 200. The
-// tunnel, nil after a refusal, is then run by the caller. Serve reads most
-// CONNECT requests itself (see serveConn); this is the path of a CONNECT
-// that follows other requests on a keep-alive connection, and of a Proxy
-// served by another server.
-func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) *tunnel {
-	target := r.Host
-	if ref, ok := p.checkTarget(target, x); !ok {
-		x.refuseWith(w, ref)
-		return nil
+	cause := "failed"
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		cause = "refused"
+	case errors.Is(err, syscall.ECONNRESET):
+		cause = "reset"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		cause = "unreachable"
 	}
-	upstream, err := p.dial(r.Context(), "tcp", target)
-	if err != nil {
-		x.err = err
-		x.refuseWith(w, upstreamRefusal(err))
-		return nil
-	}
-	client, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		_ = upstream.Close()
-		x.err = err
-		x.refuse(w, http.StatusInternalServerError, "cannot tunnel on this connection")
-		return nil
-	}
-	// The server may have left deadlines on the connection; the tunnel
-	// has its own idle timeout.
-	_ = client.SetDeadline(time.Time{})
-	var early []byte
-	if n := brw.Reader.Buffered(); n > 0 {
-		// A copy: the peeked bytes would keep the server's whole read
-		// buffer alive for as long as the tunnel lasts.
-		peeked, _ := brw.Peek(n)
-		early = bytes.Clone(peeked)
-	}
-	return p.established(client, upstream, early, x)
+	return refusal{code: http.StatusBadGateway, msg: "bad gateway: the upstream server could not be reached",
+		key: upstreamErrorHeader, value: cause}
 }
 
 // checkTarget checks a CONNECT target: host:port, and a port the egress

@@ -24,15 +24,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
 // onLoopback is the egress policy of tests whose origins listen on
 // 127.0.0.1 on random ports: the default policy refuses both (see
 // TestEgressPolicy).
-var onLoopback = forwardproxy.EgressPolicy{
+var onLoopback = egress.Policy{
 	AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-	ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}},
+	ConnectPorts: []egress.PortRange{{From: 1, To: 65535}},
 }
 
 // withAuth is the usual configuration of these tests.
@@ -517,12 +518,12 @@ func TestUpstreamDialing(t *testing.T) {
 			request: "CONNECT " + closedAddr + " HTTP/1.1\r\nHost: " + closedAddr + "\r\n", wantStatus: http.StatusBadGateway,
 		},
 		{
-			name: "HTTP to an unknown name", reason: "a name that does not resolve is a bad gateway",
-			request: "GET http://nowhere.test/ HTTP/1.1\r\nHost: nowhere.test\r\n", wantStatus: http.StatusBadGateway, wantLookups: []string{"nowhere.test"},
+			name: "HTTP to an unknown name", reason: "a name that does not resolve is refused like an internal one",
+			request: "GET http://nowhere.test/ HTTP/1.1\r\nHost: nowhere.test\r\n", wantStatus: http.StatusForbidden, wantLookups: []string{"nowhere.test"},
 		},
 		{
-			name: "CONNECT to an unknown name", reason: "a tunnel to a name that does not resolve is a bad gateway",
-			request: "CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n", wantStatus: http.StatusBadGateway, wantLookups: []string{"nowhere.test"},
+			name: "CONNECT to an unknown name", reason: "a tunnel to a name that does not resolve is refused like an internal one",
+			request: "CONNECT nowhere.test:443 HTTP/1.1\r\nHost: nowhere.test:443\r\n", wantStatus: http.StatusForbidden, wantLookups: []string{"nowhere.test"},
 		},
 		{
 			name: "HTTP through the resolver", reason: "names are resolved with Config.Resolver, and its addresses are dialed",
@@ -543,8 +544,8 @@ func TestUpstreamDialing(t *testing.T) {
 				t.Errorf("%s: status (-want +got):\n%s", tc.reason, diff)
 			}
 			if resp.status == http.StatusBadGateway {
-				if diff := cmp.Diff("bad gateway: the upstream server could not be reached\n", resp.body); diff != "" {
-					t.Errorf("body (-want +got):\n%s", diff)
+				if diff := cmp.Diff("refused bad gateway: the upstream server could not be reached\n", resp.header.Get("X-Upstream-Error")+" "+resp.body); diff != "" {
+					t.Errorf("X-Upstream-Error and body (-want +got):\n%s", diff)
 				}
 			}
 			r.mu.Lock()
@@ -703,7 +704,8 @@ func TestLogsOneLinePerRequest(t *testing.T) {
 	if diff := cmp.Diff(1, len(lines)); diff != "" {
 		t.Fatalf("log lines (-want +got):\n%s\n%s", diff, h.logs)
 	}
-	for _, want := range []string{`"level"=1`, `"method"="GET"`, `"host"="` + host + `"`, `"status"=200`, `"bytesUp"=0`, `"bytesDown"=17`, `"duration"=`} {
+	for _, want := range []string{`"level"=1`, `"time"="20`, `"client"="127.0.0.1:`, `"user"="` + testUser + `"`, `"method"="GET"`,
+		`"destination"="` + host + `"`, `"status"=200`, `"bytesUp"=0`, `"bytesDown"=17`, `"duration"=`} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("log line %q lacks %s", lines[0], want)
 		}

@@ -32,6 +32,16 @@ const (
 	closeGrace = 5 * time.Second
 )
 
+// Listen listens on address (tcp) for Serve: the connections it accepts
+// have no TCP keep-alive, since the Proxy's idle and keep-alive timeouts
+// already end silent connections, and the four socket options that
+// keep-alive sets on each accepted connection were a tenth of a tunnel's
+// system calls (docs/performance.md).
+func Listen(ctx context.Context, address string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(ctx, "tcp", address)
+}
+
 // Serve serves h on ln until ctx is done, then shuts down gracefully: it
 // closes ln at once, so that new connections are refused, and lets the
 // requests in flight finish for up to drain. Hijacked connections, such as
@@ -95,7 +105,6 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			ctx = context.WithValue(ctx, connKey{}, c)
-			ctx = context.WithValue(ctx, detachKey{}, t.detacher())
 			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
@@ -139,12 +148,6 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 
 type connKey struct{}
 
-// detachKey holds, in a request's context, a function for handlers that go
-// on in a goroutine of their own after they return (a hijacked tunnel): it
-// counts that work as in flight, with what closes it at the end of the
-// drain, until the function it returns is called.
-type detachKey struct{}
-
 // serverKey holds, in a request's context, the context that ends when the
 // server stops serving (the end of the drain): unlike the request's own
 // context, it is not cancelled when the client half-closes its connection.
@@ -179,26 +182,44 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// countedConn gives its slot back when closed, hijacked or not. It keeps
-// CloseWrite, which tunnels use for half-closes.
+// countedConn gives its slot back when closed, hijacked or not, or, once
+// it was refused, when its write half is shut: the refused client has its
+// answer, and the moment Serve lingers to read what it still sends (so that
+// closing does not reset the answer away) is not taken from other clients.
+// It keeps CloseWrite, which tunnels use for half-closes.
 type countedConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	l         *limitListener
+	once      sync.Once
+	isRefused atomic.Bool
 }
 
+// refusedConn is a client connection that was given a refusal and ends
+// with it.
+type refusedConn interface{ refused() }
+
+func (c *countedConn) refused() { c.isRefused.Store(true) }
+
+func (c *countedConn) release() { c.once.Do(func() { c.l.open.Add(-1) }) }
+
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.release()
 	return c.Conn.Close()
 }
 
 // CloseWrite shuts the write half of a TCP connection.
 func (c *countedConn) CloseWrite() error {
+	if c.isRefused.Load() {
+		c.release()
+	}
 	if cw, ok := c.Conn.(closeWriter); ok {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
 }
+
+// NetConn returns the accepted connection, for tunnels that splice(2) it.
+func (c *countedConn) NetConn() net.Conn { return c.Conn }
 
 // SyscallConn gives the tunnels the raw connection, to wait for bytes
 // without holding a buffer.
@@ -232,14 +253,6 @@ func (t *tracker) wrap(h http.Handler) http.Handler {
 		defer t.end(c)
 		h.ServeHTTP(w, r)
 	})
-}
-
-// detacher returns the detachKey function.
-func (t *tracker) detacher() func(io.Closer) func() {
-	return func(c io.Closer) func() {
-		t.begin(c)
-		return func() { t.end(c) }
-	}
 }
 
 // begin counts a call in flight; c, when not nil, is closed by closeAll.

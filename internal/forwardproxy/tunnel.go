@@ -213,11 +213,21 @@ func relay(dst, src *idleConn, early []byte, count func(int)) error {
 	for {
 		bp, n, err := src.readPooled()
 		if n > 0 {
+			full := n == len(*bp)
 			written, werr := dst.Write((*bp)[:n])
 			relayBufs.Put(bp)
 			count(written)
 			if werr != nil {
 				return werr
+			}
+			if full {
+				// A full buffer: a bulk transfer, whose bytes already
+				// waiting go through splice(2) (Linux).
+				m, serr := spliceWaiting(dst, src)
+				count(int(m))
+				if serr != nil {
+					return serr
+				}
 			}
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -98,6 +99,56 @@ type Identity struct {
 	// key sits behind a pointer, so that even a reflective print of an
 	// Identity reached through another struct shows an address, not bytes.
 	key *[]byte
+	// ready, for an identity made by NewPending, is closed once SetKey has
+	// set key; nil for one made with its key.
+	ready chan struct{}
+	once  sync.Once
+}
+
+// NewPending returns the identity of an installation whose key is not read
+// yet: only the leader reads (or, at the first start, creates) the key
+// Secret, once it is elected (KeyLoader), so that a standby that starts
+// while the Secret is missing never mints a second key. Every signature or
+// check waits until SetKey gave the key; nothing signs or checks before
+// the leader's controllers run.
+func NewPending(installation string) (*Identity, error) {
+	if err := ValidateInstallation(installation); err != nil {
+		return nil, err
+	}
+	return &Identity{installation: installation, ready: make(chan struct{})}, nil
+}
+
+// SetKey gives a pending identity its key, once; the key is copied. It
+// fails for a short key, for an identity made with its key, and when the
+// key was set already.
+func (id *Identity) SetKey(key []byte) error {
+	if id.ready == nil {
+		return errors.New("the identity has its key already")
+	}
+	if len(key) < KeySize {
+		return fmt.Errorf("the ownership key has %d bytes, want at least %d", len(key), KeySize)
+	}
+	set := false
+	id.once.Do(func() {
+		k := append([]byte(nil), key...)
+		id.key = &k
+		close(id.ready)
+		set = true
+	})
+	if !set {
+		return errors.New("the identity's key was set already")
+	}
+	return nil
+}
+
+// Ready is closed once the identity has its key.
+func (id *Identity) Ready() <-chan struct{} {
+	if id.ready == nil {
+		done := make(chan struct{})
+		close(done)
+		return done
+	}
+	return id.ready
 }
 
 // NewIdentity returns the identity of an installation. The ID must be a DNS
@@ -127,6 +178,9 @@ func ValidateInstallation(installation string) error {
 func (id *Identity) Installation() string { return id.installation }
 
 func (id *Identity) mac(msg []byte) []byte {
+	if id.ready != nil {
+		<-id.ready
+	}
 	h := hmac.New(sha256.New, *id.key)
 	_, _ = h.Write(msg)
 	return h.Sum(nil)

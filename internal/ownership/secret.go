@@ -3,7 +3,9 @@ package ownership
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,11 +106,73 @@ func loadOrCreateKey(ctx context.Context, c client.Client, ref KeyRef) ([]byte, 
 func keyOf(s *corev1.Secret, ref KeyRef) ([]byte, error) {
 	key := s.Data[KeyField]
 	if len(key) < KeySize {
-		return nil, fmt.Errorf("the ownership key secret %s/%s has no %q of at least %d bytes: restore it from a backup; "+
-			"deleting it makes a new key, and every instance made with the old one is then left alone (docs/security.md)",
-			ref.Namespace, ref.Name, KeyField, KeySize)
+		return nil, &invalidKeyError{ref: ref}
 	}
 	return key, nil
 }
 
+// invalidKeyError is a key Secret without a usable key.
+type invalidKeyError struct{ ref KeyRef }
+
+func (e *invalidKeyError) Error() string {
+	return fmt.Sprintf("the ownership key secret %s/%s has no %q of at least %d bytes: restore it from a backup; "+
+		"deleting it makes a new key, and every instance made with the old one is then left alone (docs/security.md)",
+		e.ref.Namespace, e.ref.Name, KeyField, KeySize)
+}
+
 func ptr[T any](v T) *T { return &v }
+
+// KeyLoader is the manager runnable that gives a pending identity
+// (NewPending) its key: it needs leader election, so that only the leader
+// reads or creates the key Secret, and two replicas never hold different
+// keys. A failure to read or create it is retried for LoadTimeout, then
+// ends the manager (and the process): running without the key signs
+// nothing and verifies nothing.
+type KeyLoader struct {
+	// Client reads and creates the Secret; it must read from the API
+	// server (see LoadOrCreate).
+	Client client.Client
+	// Ref names the Secret.
+	Ref KeyRef
+	// Identity is the pending identity to complete.
+	Identity *Identity
+	// LoadTimeout bounds the attempts; zero means DefaultLoadTimeout.
+	LoadTimeout time.Duration
+}
+
+// DefaultLoadTimeout is how long KeyLoader retries before it gives up.
+const DefaultLoadTimeout = time.Minute
+
+// loadRetry is the pause between two attempts of KeyLoader.
+const loadRetry = 2 * time.Second
+
+// NeedLeaderElection makes only the leader load the key.
+func (l *KeyLoader) NeedLeaderElection() bool { return true }
+
+// Start loads (or creates) the key, gives it to the identity and returns.
+func (l *KeyLoader) Start(ctx context.Context) error {
+	timeout := l.LoadTimeout
+	if timeout == 0 {
+		timeout = DefaultLoadTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	t := time.NewTicker(loadRetry)
+	defer t.Stop()
+	for {
+		key, err := loadOrCreateKey(ctx, l.Client, l.Ref)
+		if err == nil {
+			return l.Identity.SetKey(key)
+		}
+		var invalid *invalidKeyError
+		if errors.As(err, &invalid) {
+			// A person must restore the Secret: retrying changes nothing.
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("loading the ownership key: %w", err)
+		case <-t.C:
+		}
+	}
+}

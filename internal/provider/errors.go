@@ -42,6 +42,22 @@ type Reason string
 // Permanent, with Action as the advice.
 const ReasonRefused Reason = "Refused"
 
+// ReasonDeadline marks a Transient error for a call that did not return
+// within its deadline (the entry's deadlines, config.Deadlines): the
+// provider hangs or crawls. The operator gives up the call, keeps the last
+// known status and retries with backoff.
+const ReasonDeadline Reason = "Deadline"
+
+// NewDeadline classifies a call that passed its deadline d as Transient
+// with ReasonDeadline; the decorator adds the entry and the operation.
+func NewDeadline(d time.Duration) error {
+	return &Error{Class: ClassTransient, Reason: ReasonDeadline,
+		Err: fmt.Errorf("no answer within the deadline of %s (deadlines in the entry of the providers configuration); the provider hangs or is overloaded", d)}
+}
+
+// IsDeadline reports whether err is a Transient error with ReasonDeadline.
+func IsDeadline(err error) bool { return IsTransient(err) && ReasonOf(err) == ReasonDeadline }
+
 // Op names a provider operation, for errors, logs, spans and metrics.
 type Op string
 

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // ID identifies an instance within one provider entry. Its format belongs to
@@ -106,7 +106,7 @@ type ProxySettings struct {
 	AllowedSourceRanges []netip.Prefix
 	// Egress is the entry's destination policy, which the proxy enforces
 	// on the addresses it connects to; its zero value is the safe default.
-	Egress config.EgressPolicy
+	Egress egress.Policy
 }
 
 // SecretRef names the keys of a Secret that hold the proxy credentials.
@@ -224,4 +224,35 @@ type Checker interface {
 	// does not return an error: a failure to check a target is that target's
 	// verdict. It honours its context.
 	Check(ctx context.Context) []Verdict
+}
+
+// Optional is implemented by decorators of a Provider (the operator's
+// internal/provider/instrumented): one decorator type carries the methods of
+// every optional interface, so that a new optional interface adds a method,
+// not a doubling of wrapper types, and Supports says which of them the
+// provider beneath it really implements. Callers therefore never ask by a
+// type assertion, which would see the decorator's methods, but through
+// AsChecker and AsSweeper.
+type Optional interface {
+	// Supports reports whether the operation op of an optional interface
+	// (OpCheck, OpSweep) is implemented by the decorated provider.
+	Supports(op Op) bool
+}
+
+// AsChecker returns p as a Checker when it can check its health, through
+// any decorator.
+func AsChecker(p Provider) (Checker, bool) { return as[Checker](p, OpCheck) }
+
+// AsSweeper returns p as a Sweeper when it leaves things to sweep, through
+// any decorator.
+func AsSweeper(p Provider) (Sweeper, bool) { return as[Sweeper](p, OpSweep) }
+
+// as is the one capability check behind the As* accessors.
+func as[T any](p Provider, op Op) (T, bool) {
+	var none T
+	if o, ok := p.(Optional); ok && !o.Supports(op) {
+		return none, false
+	}
+	t, ok := p.(T)
+	return t, ok
 }

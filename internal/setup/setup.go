@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -161,6 +162,7 @@ func New(o Options) (*Operator, error) {
 		}
 		providers[e.Name] = instrumented.Wrap(p, instrumented.Options{
 			Name: e.Name, Type: e.Type, Metrics: m, Tracer: o.Tracer, Log: log.WithName("provider"),
+			Deadline: func(op provider.Op) time.Duration { return e.Deadlines.For(string(op)) },
 		})
 	}
 

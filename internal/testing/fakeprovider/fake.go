@@ -94,6 +94,8 @@ type world struct {
 	Latency     time.Duration
 	afterCreate func(ctx context.Context, id provider.ID) error
 	unreachable bool
+	// hung makes every call wait for its context (SetHung).
+	hung bool
 	// Verdicts are what Check returns; set them before the operator starts,
 	// or with SetVerdicts afterwards.
 	Verdicts []provider.Verdict
@@ -266,6 +268,16 @@ func (f *Provider) SetUnreachable(down bool) {
 	f.unreachable = down
 }
 
+// SetHung makes every call (recorded as usual) wait until its context is
+// done and fail Transient then, as a hypervisor that stopped answering while
+// its connection stays up would, until it is called with false. Calls
+// waiting already stay until their context ends.
+func (f *Provider) SetHung(hung bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hung = hung
+}
+
 // begin records a call, waits the latency and returns an injected error.
 func (f *Provider) begin(ctx context.Context, c Call) error {
 	f.mu.Lock()
@@ -274,8 +286,12 @@ func (f *Provider) begin(ctx context.Context, c Call) error {
 	if q := f.failures[c.Op]; len(q) > 0 {
 		injected, f.failures[c.Op] = q[0], q[1:]
 	}
-	latency, down := f.Latency, f.unreachable
+	latency, down, hung := f.Latency, f.unreachable, f.hung
 	f.mu.Unlock()
+	if hung {
+		<-ctx.Done()
+		return provider.NewTransient(ctx.Err())
+	}
 	if down && injected == nil {
 		injected = provider.NewTransient(errors.New("the fake infrastructure does not answer"))
 	}
