@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
 func (o *options) urlCommand() *cobra.Command {
@@ -84,14 +84,14 @@ func urlsOf(ctx context.Context, c client.Client, ns, name string) ([]string, er
 	}
 	listName := pool.Status.ListSecretName
 	if listName == "" {
-		listName = controller.ListName(name)
+		listName = published.ListName(name)
 	}
 	s, err := secret(ctx, c, ns, listName)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for l := range strings.SplitSeq(string(s.Data[controller.ListKeyText]), "\n") {
+	for l := range strings.SplitSeq(string(s.Data[published.ListKeyText]), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
 			out = append(out, l)
 		}
