@@ -101,9 +101,13 @@ test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases
 
 ##@ Build
 
+# The binary users get, and the image carries: static (no cgo), -trimpath,
+# stripped, its version stamped.
+GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+
 .PHONY: build
-build: ## Build the operator binary into bin/.
-	$(GO) build -trimpath -o $(BIN_DIR)/egress-proxies-operator ./cmd/egress-proxies-operator
+build: ## Build the operator binary (static, the one the image carries) into bin/.
+	$(GO_BUILD) -o $(BIN_DIR)/egress-proxies-operator ./cmd/egress-proxies-operator
 
 .PHONY: run
 run: ## Run the operator against the current kubeconfig (needs --providers-config via ARGS).
@@ -116,9 +120,8 @@ demo: ## Show the operator at work: local API server, simulated 3-node Proxmox V
 ##@ Deployment
 
 KUSTOMIZE      := $(TOOLS) kustomize
-# The operator's image: what docker-build tags and build-installer deploys.
+# The operator's image: what `make image` tags and build-installer deploys.
 IMG            ?= egress-proxies-operator:dev
-CONTAINER_TOOL ?= docker
 # The version the binary reports (main.version).
 VERSION        ?= dev
 
@@ -137,13 +140,30 @@ build-installer: ## Render config/default with the image IMG into dist/install.y
 		"$$kustomize" build "$$tmp/config/default" > dist/install.yaml
 	@echo "dist/install.yaml: image $(IMG)"
 
-.PHONY: docker-build
-docker-build: ## Build the image IMG (needs a Docker engine with BuildKit, and access to the base images).
-	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
+# The image: built by hack/image (go-containerregistry), no Docker engine.
+# IMAGE_ARCH is the image's platform (linux/IMAGE_ARCH); IMAGE_TAR the
+# docker-format tarball (`docker load -i`, `ctr -n k8s.io images import`).
+IMAGE_ARCH     ?= $(shell $(GO) env GOARCH)
+IMAGE_BIN      ?= $(BIN_DIR)/linux-$(IMAGE_ARCH)/egress-proxies-operator
+IMAGE_TAR      ?= $(BIN_DIR)/egress-proxies-operator-image.tar
+PAUSE_IMG      ?= egress-proxies-pause:dev
+PAUSE_TAR      ?= $(BIN_DIR)/pause-image.tar
 
-.PHONY: docker-push
-docker-push: ## Push the image IMG (needs a Docker engine and the registry's credentials).
-	$(CONTAINER_TOOL) push $(IMG)
+.PHONY: image
+image: ## Build the image IMG as a docker-format tarball IMAGE_TAR (no Docker engine; `docker load -i` or `ctr images import` it).
+	@mkdir -p $(dir $(IMAGE_BIN))
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO_BUILD) -o $(IMAGE_BIN) ./cmd/egress-proxies-operator
+	$(GO) run ./hack/image build --binary $(IMAGE_BIN) --path /egress-proxies-operator --arch $(IMAGE_ARCH) --tag $(IMG) --version $(VERSION) --out $(IMAGE_TAR)
+
+.PHONY: image-push
+image-push: image ## Build the image and push it to IMG's registry (credentials of ~/.docker/config.json, as docker push).
+	$(GO) run ./hack/image push --tarball $(IMAGE_TAR) --image $(IMG)
+
+.PHONY: pause-image
+pause-image: ## Build the test cluster's pause image PAUSE_IMG (hack/pause) as the tarball PAUSE_TAR.
+	@mkdir -p $(BIN_DIR)/linux-$(IMAGE_ARCH)
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO_BUILD) -o $(BIN_DIR)/linux-$(IMAGE_ARCH)/pause ./hack/pause
+	$(GO) run ./hack/image build --binary $(BIN_DIR)/linux-$(IMAGE_ARCH)/pause --path /pause --arch $(IMAGE_ARCH) --tag $(PAUSE_IMG) --version $(VERSION) --out $(PAUSE_TAR)
 
 .PHONY: bench
 bench: ## Measure the operator's API calls, convergence, CPU and RSS against the Proxmox VE simulator (ARGS='--proxies 1,100') or, with ARGS='--provider kubernetes', the API server; ARGS='--provider kvm2' measures the kvm2 provider on the real libvirt lab (BENCH_DOMAINS=100).
