@@ -59,7 +59,7 @@ envtest: ## Build (once, cached) the kube-apiserver and etcd that envtest runs.
 	@hack/envtest/setup.sh >/dev/null
 
 .PHONY: test
-test: verify-generated vet libvirt-world ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
+test: verify-generated vet libvirt-world cluster-packages ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
 	@assets=$$(hack/envtest/setup.sh) && \
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 30m ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
@@ -76,6 +76,22 @@ chaos: ## The long chaos run on the simulator (400 Proxies; CHAOS_SEED=<n> repla
 libvirt-world: ## Install the libvirt test world's Debian packages (when missing) and build (once, cached) the real guest image.
 	@hack/libvirt/install-packages.sh
 	@hack/libvirt/build-guest-image.sh >/dev/null
+
+.PHONY: cluster-packages
+cluster-packages: ## Install the test cluster's Debian packages (containerd, runc, CNI plugins, iptables) when missing.
+	@hack/cluster/install-packages.sh
+
+.PHONY: cluster-world
+cluster-world: cluster-packages ## The packages, and the test cluster's Kubernetes binaries (built once, cached beside envtest's).
+	@hack/cluster/setup.sh >/dev/null
+
+.PHONY: test-cluster
+test-cluster: cluster-world ## The cluster tier alone: config/default on a real single-node cluster (root; docs/testing.md).
+	EGRESS_CLUSTER_TIER=1 $(GO) test -count=1 -timeout 40m -v ./internal/e2e/cluster/
+
+.PHONY: cluster
+cluster: cluster-world image ## Start the test cluster by hand with the image imported; prints a kubeconfig, Ctrl-C tears it down (root).
+	$(GO) run ./hack/cluster --images $(IMAGE_TAR)
 
 .PHONY: test-integration-proxmox
 test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and companions, docs/testing.md); they skip without PROXMOX_TEST_URL.
