@@ -31,7 +31,9 @@ var privatePaths = map[string]string{
 	"/opt/containerd":         "fs/opt-containerd",
 }
 
-func (c *Cluster) containerdSocket() string { return filepath.Join(c.Dir, "containerd", "containerd.sock") }
+func (c *Cluster) containerdSocket() string {
+	return filepath.Join(c.Dir, "containerd", "containerd.sock")
+}
 
 func (c *Cluster) writeConfigs() error {
 	files := map[string]string{

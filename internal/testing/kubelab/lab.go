@@ -193,7 +193,7 @@ func (c *Cluster) network() error {
 		{"addr", "add", s.hostIP.String(), "peer", s.nodeIP.String() + "/32", "dev", s.hostVeth},
 		{"link", "set", s.hostVeth, "up"},
 		inNS("link", "set", "lo", "up"),
-		inNS("addr", "add", s.nodeIP.String(), "peer", s.hostIP.String() + "/32", "dev", s.nodeVeth),
+		inNS("addr", "add", s.nodeIP.String(), "peer", s.hostIP.String()+"/32", "dev", s.nodeVeth),
 		inNS("link", "set", s.nodeVeth, "up"),
 		{"route", "add", s.podCIDR.String(), "via", s.nodeIP.String(), "dev", s.hostVeth},
 	} {
