@@ -59,7 +59,7 @@ envtest: ## Build (once, cached) the kube-apiserver and etcd that envtest runs.
 	@hack/envtest/setup.sh >/dev/null
 
 .PHONY: test
-test: verify-generated vet libvirt-world prometheus-tools ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
+test: verify-generated vet libvirt-world prometheus-tools cluster-packages ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
 	@assets=$$(hack/envtest/setup.sh) && \
 		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 30m ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
@@ -76,6 +76,22 @@ chaos: ## The long chaos run on the simulator (400 Proxies; CHAOS_SEED=<n> repla
 libvirt-world: ## Install the libvirt test world's Debian packages (when missing) and build (once, cached) the real guest image.
 	@hack/libvirt/install-packages.sh
 	@hack/libvirt/build-guest-image.sh >/dev/null
+
+.PHONY: cluster-packages
+cluster-packages: ## Install the test cluster's Debian packages (containerd, runc, CNI plugins, iptables) when missing.
+	@hack/cluster/install-packages.sh
+
+.PHONY: cluster-world
+cluster-world: cluster-packages ## The packages, and the test cluster's Kubernetes binaries (built once, cached beside envtest's).
+	@hack/cluster/setup.sh >/dev/null
+
+.PHONY: test-cluster
+test-cluster: cluster-world ## The cluster tier alone: config/default on a real single-node cluster (root; docs/testing.md).
+	EGRESS_CLUSTER_TIER=1 $(GO) test -count=1 -timeout 40m -v ./internal/e2e/cluster/
+
+.PHONY: cluster
+cluster: cluster-world image ## Start the test cluster by hand with the image imported; prints a kubeconfig, Ctrl-C tears it down (root).
+	$(GO) run ./hack/cluster --images $(IMAGE_TAR)
 
 .PHONY: test-integration-proxmox
 test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and companions, docs/testing.md); they skip without PROXMOX_TEST_URL.
@@ -101,9 +117,13 @@ test-unit: ## Unit tests only (-short: no envtest binaries needed; envtest cases
 
 ##@ Build
 
+# The binary users get, and the image carries: static (no cgo), -trimpath,
+# stripped, its version stamped.
+GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
+
 .PHONY: build
-build: ## Build the operator binary into bin/.
-	$(GO) build -trimpath -o $(BIN_DIR)/egress-proxies-operator ./cmd/egress-proxies-operator
+build: ## Build the operator binary (static, the one the image carries) into bin/.
+	$(GO_BUILD) -o $(BIN_DIR)/egress-proxies-operator ./cmd/egress-proxies-operator
 
 .PHONY: run
 run: ## Run the operator against the current kubeconfig (needs --providers-config via ARGS).
@@ -116,9 +136,8 @@ demo: ## Show the operator at work: local API server, simulated 3-node Proxmox V
 ##@ Deployment
 
 KUSTOMIZE      := $(TOOLS) kustomize
-# The operator's image: what docker-build tags and build-installer deploys.
+# The operator's image: what `make image` tags and build-installer deploys.
 IMG            ?= egress-proxies-operator:dev
-CONTAINER_TOOL ?= docker
 # The version the binary reports (main.version).
 VERSION        ?= dev
 
@@ -137,13 +156,30 @@ build-installer: ## Render config/default with the image IMG into dist/install.y
 		"$$kustomize" build "$$tmp/config/default" > dist/install.yaml
 	@echo "dist/install.yaml: image $(IMG)"
 
-.PHONY: docker-build
-docker-build: ## Build the image IMG (needs a Docker engine with BuildKit, and access to the base images).
-	$(CONTAINER_TOOL) build --build-arg VERSION=$(VERSION) -t $(IMG) .
+# The image: built by hack/image (go-containerregistry), no Docker engine.
+# IMAGE_ARCH is the image's platform (linux/IMAGE_ARCH); IMAGE_TAR the
+# docker-format tarball (`docker load -i`, `ctr -n k8s.io images import`).
+IMAGE_ARCH     ?= $(shell $(GO) env GOARCH)
+IMAGE_BIN      ?= $(BIN_DIR)/linux-$(IMAGE_ARCH)/egress-proxies-operator
+IMAGE_TAR      ?= $(BIN_DIR)/egress-proxies-operator-image.tar
+PAUSE_IMG      ?= egress-proxies-pause:dev
+PAUSE_TAR      ?= $(BIN_DIR)/pause-image.tar
 
-.PHONY: docker-push
-docker-push: ## Push the image IMG (needs a Docker engine and the registry's credentials).
-	$(CONTAINER_TOOL) push $(IMG)
+.PHONY: image
+image: ## Build the image IMG as a docker-format tarball IMAGE_TAR (no Docker engine; `docker load -i` or `ctr images import` it).
+	@mkdir -p $(dir $(IMAGE_BIN))
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO_BUILD) -o $(IMAGE_BIN) ./cmd/egress-proxies-operator
+	$(GO) run ./hack/image build --binary $(IMAGE_BIN) --path /egress-proxies-operator --arch $(IMAGE_ARCH) --tag $(IMG) --version $(VERSION) --out $(IMAGE_TAR)
+
+.PHONY: image-push
+image-push: image ## Build the image and push it to IMG's registry (credentials of ~/.docker/config.json, as docker push).
+	$(GO) run ./hack/image push --tarball $(IMAGE_TAR) --image $(IMG)
+
+.PHONY: pause-image
+pause-image: ## Build the test cluster's pause image PAUSE_IMG (hack/pause) as the tarball PAUSE_TAR.
+	@mkdir -p $(BIN_DIR)/linux-$(IMAGE_ARCH)
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO_BUILD) -o $(BIN_DIR)/linux-$(IMAGE_ARCH)/pause ./hack/pause
+	$(GO) run ./hack/image build --binary $(BIN_DIR)/linux-$(IMAGE_ARCH)/pause --path /pause --arch $(IMAGE_ARCH) --tag $(PAUSE_IMG) --version $(VERSION) --out $(PAUSE_TAR)
 
 .PHONY: bench
 bench: ## Measure the operator's API calls, convergence, CPU and RSS against the Proxmox VE simulator (ARGS='--proxies 1,100') or, with ARGS='--provider kubernetes', the API server; ARGS='--provider kvm2' measures the kvm2 provider on the real libvirt lab (BENCH_DOMAINS=100).

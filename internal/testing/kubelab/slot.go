@@ -1,0 +1,263 @@
+package kubelab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+)
+
+// stateDir holds the slots' locks and the saved sysctls: on /run, so that a
+// reboot forgets them with the worlds they belonged to.
+const stateDir = "/run/egress-kubelab"
+
+// slots is how many worlds may run at once: eight /27 of 198.51.100.0/24.
+const slots = 8
+
+// slot is one world's names and addresses, all derived from its number so
+// that a later world can find (and sweep) what a killed one left.
+type slot struct {
+	n    int
+	lock *os.File
+
+	netns    string       // ip netns name
+	hostVeth string       // host end, in the machine's namespace
+	nodeVeth string       // node end, in the world's namespace
+	bridge   string       // the CNI bridge, in the world's namespace
+	cgroup   string       // the kubelet's cgroupRoot, in every v1 hierarchy
+	hostIP   netip.Addr   // host end of the veth
+	nodeIP   netip.Addr   // node end: the node's InternalIP and the API server
+	podCIDR  netip.Prefix // the pods' /28, routed from the host through nodeIP
+	dir      string       // the work directory
+}
+
+func newSlot(n int) slot {
+	base := 32 * n
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, byte(base + i)}) }
+	return slot{
+		n:        n,
+		netns:    fmt.Sprintf("epo-kubelab-%d", n),
+		hostVeth: fmt.Sprintf("ekl%dh", n),
+		nodeVeth: fmt.Sprintf("ekl%dn", n),
+		bridge:   fmt.Sprintf("ekl%dbr", n),
+		cgroup:   fmt.Sprintf("epo-kubelab-%d", n),
+		hostIP:   addr(1),
+		nodeIP:   addr(2),
+		podCIDR:  netip.PrefixFrom(addr(16), 28),
+		dir:      filepath.Join(os.TempDir(), fmt.Sprintf("egress-kubelab-%d", n)),
+	}
+}
+
+// podGateway is the bridge's address, the first of the pods' /28.
+func (s slot) podGateway() netip.Addr { return s.podCIDR.Addr().Next() }
+
+// flock takes an exclusive lock on path, without waiting when wait is false.
+func flock(path string, wait bool) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // G304: the world's own lock files.
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_EX
+	if !wait {
+		how |= syscall.LOCK_NB
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func slotLockPath(n int) string { return filepath.Join(stateDir, "slot-"+strconv.Itoa(n)+".lock") }
+
+// takeSlot locks the first free slot, waiting (up to wait) for one when all
+// eight are taken.
+func takeSlot(wait time.Duration) (slot, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return slot{}, err
+	}
+	var got slot
+	var lockErr error
+	err := poll.Wait(context.Background(), wait, func() (bool, string) {
+		for n := range slots {
+			f, err := flock(slotLockPath(n), false)
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				continue
+			}
+			if err != nil {
+				lockErr = fmt.Errorf("locking slot %d: %w", n, err)
+				return true, ""
+			}
+			got = newSlot(n)
+			got.lock = f
+			return true, ""
+		}
+		return false, fmt.Sprintf("all %d test cluster slots are taken", slots)
+	})
+	if err != nil {
+		return slot{}, err
+	}
+	return got, lockErr
+}
+
+// othersRunning reports whether a slot other than mine is held.
+func othersRunning(mine int) bool {
+	for n := range slots {
+		if n == mine {
+			continue
+		}
+		f, err := flock(slotLockPath(n), false)
+		if err != nil {
+			return true
+		}
+		_ = f.Close()
+	}
+	return false
+}
+
+// release drops the slot's lock: from here on another world may take it.
+func (s *slot) release() {
+	if s.lock != nil {
+		_ = s.lock.Close()
+		s.lock = nil
+	}
+}
+
+// sweep removes whatever a world of this slot left: it runs before a world
+// starts (a killed one's leftovers) and as the last step of its teardown.
+// Each step goes on when the previous one failed; the errors are joined.
+func (s slot) sweep(logf func(string, ...any)) error {
+	var errs []error
+	// The pods' processes are in the slot's cgroups, the daemons and the
+	// containerd shims in its network namespace; kill both until none is
+	// left (a process may fork while we look).
+	for range 20 {
+		pids := append(cgroupPIDs(s.cgroup), netnsPIDs(s.netns)...)
+		if len(pids) == 0 {
+			break
+		}
+		for _, pid := range pids {
+			if pid > 1 && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		waitGone(pids, 5*time.Second)
+	}
+	if left := append(cgroupPIDs(s.cgroup), netnsPIDs(s.netns)...); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("processes %v of slot %d would not die", left, s.n))
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", s.netns)); err == nil {
+		if err := run("ip", "netns", "del", s.netns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// The host end normally goes with the namespace (its peer); the route
+	// with the interface.
+	if _, err := os.Stat(filepath.Join("/sys/class/net", s.hostVeth)); err == nil {
+		if err := run("ip", "link", "del", s.hostVeth); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := removeCgroups(s.cgroup); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		// A mount of a killed world's namespace that outlived it (it
+		// should not, see the package doc): detach it and try again.
+		unmountUnder(s.dir, logf)
+		if err := os.RemoveAll(s.dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// netnsPIDs lists the processes in the named network namespace.
+func netnsPIDs(name string) []int {
+	var want syscall.Stat_t
+	if err := syscall.Stat(filepath.Join("/run/netns", name), &want); err != nil {
+		return nil
+	}
+	var out []int
+	for _, pid := range allPIDs() {
+		var st syscall.Stat_t
+		if err := syscall.Stat("/proc/"+strconv.Itoa(pid)+"/ns/net", &st); err != nil {
+			continue
+		}
+		if st.Ino == want.Ino && st.Dev == want.Dev {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func allPIDs() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// waitGone waits until none of pids exists, for at most d.
+func waitGone(pids []int, d time.Duration) {
+	_ = poll.Wait(context.Background(), d, func() (bool, string) {
+		for _, pid := range pids {
+			if alive(pid) {
+				return false, "pid " + strconv.Itoa(pid) + " alive"
+			}
+		}
+		return true, ""
+	})
+}
+
+// alive reports whether pid runs: a zombie does not (its parent, perhaps
+// the machine's init, reaps it in its own time).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat") //nolint:gosec // G304: procfs.
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return false
+	}
+	state := s[i+2]
+	return state != 'Z' && state != 'X'
+}
+
+// unmountUnder detaches every mount point below dir in the machine's mount
+// namespace, deepest first.
+func unmountUnder(dir string, logf func(string, ...any)) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	for i := len(points) - 1; i >= 0; i-- {
+		if err := syscall.Unmount(points[i], syscall.MNT_DETACH); err != nil {
+			logf("kubelab: unmounting %s: %v", points[i], err)
+		}
+	}
+}
