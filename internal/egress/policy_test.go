@@ -154,3 +154,28 @@ func TestValidate(t *testing.T) {
 		t.Errorf("the default policy is not valid: %v", err)
 	}
 }
+
+// Each IPv6 image of an IPv4 range holds exactly the addresses that embed
+// an address of the range: its first and last addresses lead to the
+// range's, and the addresses just outside it lead elsewhere.
+func TestIPv6Images(t *testing.T) {
+	p := netip.MustParsePrefix("169.254.0.0/16")
+	imgs := egress.IPv6Images(p)
+	if len(imgs) != 2 {
+		t.Fatalf("IPv6Images(%s) = %v, want a NAT64 and a 6to4 range", p, imgs)
+	}
+	for _, img := range imgs {
+		for _, ip := range []netip.Addr{img.Masked().Addr(), lastAddr(img)} {
+			v4, ok := egress.EmbeddedIPv4(ip)
+			if !ok || !p.Contains(v4) {
+				t.Errorf("%s (in %s) embeds %v, %t; want an address of %s", ip, img, v4, ok, p)
+			}
+		}
+		if v4, ok := egress.EmbeddedIPv4(lastAddr(img).Next()); ok && p.Contains(v4) {
+			t.Errorf("%s, past %s, embeds %s of %s", lastAddr(img).Next(), img, v4, p)
+		}
+	}
+	if got := egress.IPv6Images(netip.MustParsePrefix("fd00::/8")); got != nil {
+		t.Errorf("an IPv6 range has images %v", got)
+	}
+}
