@@ -172,37 +172,6 @@ const (
 	ReasonReadRefused = "ReadRefused"
 )
 
-// Reasons of a libvirt host's entry in ProviderHealth.status.targets, for
-// the provider types kvm2 and kvm. Each host gets exactly one; they are
-// checked in this order, so the first failure is the one reported.
-// docs/libvirt.md says what to do about each.
-const (
-	// ReasonHostOK (healthy): SSH and libvirt answer, the storage pool and
-	// the network are active and every image's base volume is in the pool.
-	ReasonHostOK = "OK"
-	// ReasonHostUnreachable: no TCP connection or SSH handshake with the
-	// host (down, firewalled, wrong address or port).
-	ReasonHostUnreachable = "Unreachable"
-	// ReasonHostKeyMismatch: the host's SSH key is not the one the
-	// known_hosts file lists for it (or the host is not listed); the
-	// operator sent nothing.
-	ReasonHostKeyMismatch = "HostKeyMismatch"
-	// ReasonHostAuthenticationFailed: the host refused the operator's key,
-	// or the key file cannot be read.
-	ReasonHostAuthenticationFailed = "AuthenticationFailed"
-	// ReasonHostLibvirtUnavailable: SSH works but libvirt does not answer on
-	// its socket (daemon stopped, socket path wrong, user not allowed).
-	ReasonHostLibvirtUnavailable = "LibvirtUnavailable"
-	// ReasonHostPoolNotFound: the configured storage pool is missing or not
-	// started.
-	ReasonHostPoolNotFound = "PoolNotFound"
-	// ReasonHostNetworkNotFound: the configured libvirt network is missing or
-	// not started.
-	ReasonHostNetworkNotFound = "NetworkNotFound"
-	// ReasonHostImageNotFound: an image's base volume is not in the pool.
-	ReasonHostImageNotFound = "ImageNotFound"
-)
-
 // Annotations the operator reads.
 const (
 	// AnnotationRetry, set to any value on a Proxy in phase Failed, makes the

@@ -1,4 +1,4 @@
-// Command pvesim runs the Proxmox VE API simulator (internal/pvesim) on a
+// Command pvesim runs the Proxmox VE API simulator (internal/testing/pvesim) on a
 // loopback address: a cluster from a YAML file, HTTPS with a generated CA
 // (or plain HTTP), and an admin endpoint for faults and counters.
 //
@@ -16,8 +16,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
 func main() {

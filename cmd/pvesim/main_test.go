@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // syncBuffer is a bytes.Buffer safe for the run goroutine and the test.

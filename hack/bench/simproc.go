@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // moduleRoot is the directory of the repository's go.mod, where the

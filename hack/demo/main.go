@@ -39,6 +39,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
@@ -212,7 +213,7 @@ func requestThrough(ctx context.Context, out io.Writer, k8s client.Client, ns, n
 	}
 	var s corev1.Secret
 	if err := poll.Wait(ctx, time.Minute, func() (bool, string) {
-		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &s) == nil && len(s.Data["url"]) > 0, "no url yet"
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.Status.CredentialsSecretName}, &s) == nil && len(s.Data[published.CredentialsKeyURL]) > 0, "no url yet"
 	}); err != nil {
 		return fmt.Errorf("waiting for the proxy URL in secret %s: %w", p.Status.CredentialsSecretName, err)
 	}
@@ -221,7 +222,7 @@ func requestThrough(ctx context.Context, out io.Writer, k8s client.Client, ns, n
 		_, _ = fmt.Fprintf(w, "hello from the origin; you came from %s", r.RemoteAddr) //nolint:gosec // G705: plain text to a local client, not HTML.
 	}))
 	defer origin.Close()
-	proxyURL, err := url.Parse(string(s.Data["url"]))
+	proxyURL, err := url.Parse(string(s.Data[published.CredentialsKeyURL]))
 	if err != nil {
 		return fmt.Errorf("the secret's url: %w", err)
 	}

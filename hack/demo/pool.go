@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
 
@@ -72,11 +72,11 @@ func poolDemo(ctx context.Context, out io.Writer, k8s client.Client, ns string, 
 	}
 
 	var cm corev1.ConfigMap
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.ListName("crawl")}, &cm); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: published.ListName("crawl")}, &cm); err != nil {
 		return err
 	}
 	say("the published list, ConfigMap %s (the Secret of the same name has the same with credentials):", cm.Name)
-	for _, line := range strings.Fields(cm.Data[controller.ListKeyText]) {
+	for _, line := range strings.Fields(cm.Data[published.ListKeyText]) {
 		_, _ = fmt.Fprintln(out, "    "+line)
 	}
 	if err := requestFromList(ctx, out, k8s, ns, "crawl"); err != nil {
@@ -159,10 +159,10 @@ func watchPool(ctx context.Context, out io.Writer, k8s client.Client, ns, name s
 // crawler would.
 func requestFromList(ctx context.Context, out io.Writer, k8s client.Client, ns, name string) error {
 	var s corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.ListName(name)}, &s); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: published.ListName(name)}, &s); err != nil {
 		return err
 	}
-	lines := strings.Fields(string(s.Data[controller.ListKeyText]))
+	lines := strings.Fields(string(s.Data[published.ListKeyText]))
 	if len(lines) == 0 {
 		return fmt.Errorf("proxies.txt of %s is empty", s.Name)
 	}

@@ -1,8 +1,10 @@
 // Package cloudinit renders the cloud-init user-data that turns a fresh VM
 // from a stock cloud image into an egress proxy: it installs tinyproxy from
 // the image's own distribution packages, writes its configuration (port,
-// basic-auth credentials, source allow-list) and starts it, then hands over to
-// the user's extra user-data, if any.
+// basic-auth credentials, source allow-list, CONNECT ports), confines it with
+// nftables rules for the egress policy, and starts it, then hands over to the
+// user's extra user-data, if any. The pods of the kubernetes provider need
+// none of this: they run the operator's own forward proxy.
 //
 // The output holds the proxy password: callers keep it in a
 // provider.Sensitive and never log it.

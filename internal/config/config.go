@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -264,7 +265,7 @@ func typeOrBlock(t string) string {
 // must be; blocks use it for the names they introduce (nodes, storages).
 func ValidateName(path *field.Path, name string) field.ErrorList {
 	if name == "" {
-		return field.ErrorList{field.Required(path, "a DNS label such as lab or pve-office")}
+		return field.ErrorList{field.Required(path, "a DNS label: lower-case letters, digits and '-', at most 63 characters")}
 	}
 	var errs field.ErrorList
 	for _, msg := range validation.IsDNS1123Label(name) {
@@ -282,7 +283,7 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 	if len(e.MachineTypes) == 0 {
 		errs = append(errs, field.Required(mtPath, "at least one machine type, such as {small: {cores: 1, memoryMiB: 512}}"))
 	}
-	for _, name := range sortedKeys(e.MachineTypes) {
+	for _, name := range slices.Sorted(maps.Keys(e.MachineTypes)) {
 		mt := e.MachineTypes[name]
 		p := mtPath.Key(name)
 		errs = append(errs, ValidateName(p, name)...)
@@ -302,7 +303,7 @@ func validateCatalogues(path *field.Path, e *Entry) field.ErrorList {
 }
 
 // MachineTypeNames returns the names of the entry's machine types, sorted.
-func (e *Entry) MachineTypeNames() []string { return sortedKeys(e.MachineTypes) }
+func (e *Entry) MachineTypeNames() []string { return slices.Sorted(maps.Keys(e.MachineTypes)) }
 
 func validateNames(path *field.Path, names []string, what string) field.ErrorList {
 	if len(names) == 0 {
@@ -378,13 +379,4 @@ func (e *InvalidError) Error() string {
 		return "invalid: " + e.Problems[0]
 	}
 	return fmt.Sprintf("invalid (%d problems):\n  %s", len(e.Problems), strings.Join(e.Problems, "\n  "))
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

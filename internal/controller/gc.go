@@ -185,7 +185,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 // provider is a provider.Sweeper. A failure is logged and retried at the
 // next pass; it does not stop the pass.
 func (g *GarbageCollector) sweep(ctx context.Context, name string, prov provider.Provider) {
-	s, ok := prov.(provider.Sweeper)
+	s, ok := provider.AsSweeper(prov)
 	if !ok {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -132,7 +133,7 @@ func TestProbeRuns(t *testing.T) {
 // after the wait began would outlive Start); -race catches the former.
 func TestProbeRunsStopWhileStarting(t *testing.T) {
 	for round := range 50 {
-		r := newProbeRuns(probe.NewFake(), 4, func(types.NamespacedName) {})
+		r := newProbeRuns(fakeprobe.New(), 4, func(types.NamespacedName) {})
 		ctx, cancel := context.WithCancel(context.Background())
 		stopped := make(chan error, 1)
 		go func() { stopped <- r.Start(ctx) }()

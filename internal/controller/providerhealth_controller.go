@@ -90,7 +90,7 @@ func (h *HealthReporter) RunOnce(ctx context.Context) error {
 	for i := range h.Config.Providers {
 		e := &h.Config.Providers[i]
 		configured[e.Name] = true
-		checker, supported := h.Providers[e.Name].(provider.Checker)
+		checker, supported := provider.AsChecker(h.Providers[e.Name])
 		var verdicts []provider.Verdict
 		if supported {
 			cctx, cancel := context.WithTimeout(ctx, h.interval())

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,13 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-)
-
-// Keys of the credentials Secret.
-const (
-	secretKeyUsername = "username"
-	secretKeyPassword = "password"
-	secretKeyURL      = "url"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
 // Labels the operator puts on what it creates.
@@ -94,7 +86,7 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
 				Labels: map[string]string{labelManagedBy: labelManagedByValue, labelProxy: p.Name}},
 			Type: corev1.SecretTypeBasicAuth,
-			Data: map[string][]byte{secretKeyUsername: []byte(c.username), secretKeyPassword: []byte(c.password)},
+			Data: map[string][]byte{published.CredentialsKeyUsername: []byte(c.username), published.CredentialsKeyPassword: []byte(c.password)},
 		}
 		if err := controllerutil.SetControllerReference(p, &s, r.Client.Scheme()); err != nil {
 			return nil, "", fmt.Errorf("owning the credentials secret: %w", err)
@@ -122,10 +114,10 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 		return nil, fmt.Sprintf("Secret %s exists and is not owned by this Proxy; the operator will not overwrite it. "+
 			"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
 	}
-	c := &credentials{secretName: name, username: string(s.Data[secretKeyUsername]), password: string(s.Data[secretKeyPassword]), secret: &s}
+	c := &credentials{secretName: name, username: string(s.Data[published.CredentialsKeyUsername]), password: string(s.Data[published.CredentialsKeyPassword]), secret: &s}
 	if c.username == "" || c.password == "" {
 		return nil, fmt.Sprintf("Secret %s lacks the %s or %s key. Delete the Secret (and, if the instance exists, recreate the Proxy).",
-			name, secretKeyUsername, secretKeyPassword), nil
+			name, published.CredentialsKeyUsername, published.CredentialsKeyPassword), nil
 	}
 	p.Status.CredentialsSecretName = name
 	return c, "", nil
@@ -161,18 +153,16 @@ func (r *ProxyReconciler) ownSecretExists(ctx context.Context, p *crawlv1alpha1.
 // ensureCredentials read in the same reconcile: a second read would cost a
 // round trip to the API server on every look at a Ready proxy.
 func (r *ProxyReconciler) syncCredentialsURL(ctx context.Context, p *crawlv1alpha1.Proxy, c *credentials, address string) error {
-	u := url.URL{Scheme: "http", User: url.UserPassword(c.username, c.password),
-		Host: net.JoinHostPort(address, strconv.Itoa(int(p.Spec.Port)))}
-	want := u.String()
+	want := published.ProxyURL(address, p.Spec.Port, url.UserPassword(c.username, c.password))
 	s := c.secret
-	if string(s.Data[secretKeyURL]) == want {
+	if string(s.Data[published.CredentialsKeyURL]) == want {
 		return nil
 	}
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}
-	s.Data[secretKeyURL] = []byte(want)
+	s.Data[published.CredentialsKeyURL] = []byte(want)
 	if err := r.Client.Patch(ctx, s, patch); err != nil {
 		return fmt.Errorf("writing the proxy URL into secret %s: %w", c.secretName, err)
 	}

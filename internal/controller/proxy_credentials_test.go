@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
@@ -34,7 +35,7 @@ func TestCredentialsSecretIsReadOncePerReconcile(t *testing.T) {
 	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: credentialsSecretName("web")},
-		Data:       map[string][]byte{secretKeyUsername: []byte("ualice"), secretKeyPassword: []byte("pw-sentinel")},
+		Data:       map[string][]byte{published.CredentialsKeyUsername: []byte("ualice"), published.CredentialsKeyPassword: []byte("pw-sentinel")},
 	}
 	if err := controllerutil.SetControllerReference(p, s, scheme); err != nil {
 		t.Fatal(err)
@@ -58,8 +59,8 @@ func TestCredentialsSecretIsReadOncePerReconcile(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(s), &got); err != nil {
 		t.Fatal(err)
 	}
-	if want := "http://ualice:pw-sentinel@203.0.113.7:3128"; string(got.Data[secretKeyURL]) != want {
-		t.Errorf("url in the Secret = %q, want %q", got.Data[secretKeyURL], want)
+	if want := "http://ualice:pw-sentinel@203.0.113.7:3128"; string(got.Data[published.CredentialsKeyURL]) != want {
+		t.Errorf("url in the Secret = %q, want %q", got.Data[published.CredentialsKeyURL], want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
@@ -81,7 +82,7 @@ func buildRequest(p *crawlv1alpha1.Proxy, pl config.Placement, creds *credential
 	if creds != nil {
 		ci.Username, ci.Password = creds.username, creds.password
 		settings.Credentials = &provider.SecretRef{
-			Namespace: p.Namespace, Name: creds.secretName, UsernameKey: secretKeyUsername, PasswordKey: secretKeyPassword,
+			Namespace: p.Namespace, Name: creds.secretName, UsernameKey: published.CredentialsKeyUsername, PasswordKey: published.CredentialsKeyPassword,
 		}
 	}
 	userData, err := cloudinit.Render(ci)

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -11,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -175,7 +174,7 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 		in := obs.instance
 		s.Node = in.Node
 		s.Address = in.Address.String()
-		s.URL = "http://" + net.JoinHostPort(s.Address, strconv.Itoa(int(port)))
+		s.URL = published.ProxyURL(s.Address, port, nil)
 		if s.ReadyTime == nil {
 			t := metav1.NewTime(now)
 			s.ReadyTime = &t

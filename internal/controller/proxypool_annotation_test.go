@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
 func TestParseRotateAnnotation(t *testing.T) {
@@ -63,7 +64,7 @@ func TestParseRotateAnnotation(t *testing.T) {
 
 func TestRenderList(t *testing.T) {
 	created := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
-	txt, js := renderList([]ListEntry{
+	txt, js := renderList([]published.ListEntry{
 		{Name: "p-a", URL: "http://u:p@198.51.100.1:3128", Provider: "lab", Zone: "rack-a", EgressIP: "203.0.113.1", Created: created},
 		{Name: "p-b", URL: "http://u:p@198.51.100.2:3128", Provider: "lab", Zone: "rack-b", Created: created},
 	})

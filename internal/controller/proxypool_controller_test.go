@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
@@ -80,7 +81,7 @@ type poolView struct {
 	serving []string // names of Serving members, not being deleted
 	listed  []string // names in the ConfigMap's proxies.json
 	secret  []string // lines of the Secret's proxies.txt
-	entries []controller.ListEntry
+	entries []published.ListEntry
 }
 
 func viewPool(t *testing.T, ns, name string) poolView {
@@ -102,8 +103,8 @@ func viewPool(t *testing.T, ns, name string) poolView {
 	}
 	slices.Sort(v.serving)
 	var cm corev1.ConfigMap
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.ListName(name)}, &cm); err == nil {
-		if err := json.Unmarshal([]byte(cm.Data[controller.ListKeyJSON]), &v.entries); err != nil {
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: published.ListName(name)}, &cm); err == nil {
+		if err := json.Unmarshal([]byte(cm.Data[published.ListKeyJSON]), &v.entries); err != nil {
 			t.Fatalf("proxies.json in the ConfigMap does not parse: %v", err)
 		}
 		for _, e := range v.entries {
@@ -112,8 +113,8 @@ func viewPool(t *testing.T, ns, name string) poolView {
 		slices.Sort(v.listed)
 	}
 	var s corev1.Secret
-	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: controller.ListName(name)}, &s); err == nil {
-		v.secret = strings.Fields(string(s.Data[controller.ListKeyText]))
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: published.ListName(name)}, &s); err == nil {
+		v.secret = strings.Fields(string(s.Data[published.ListKeyText]))
 	}
 	return v
 }

@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
-	"strconv"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,36 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
-
-// Keys of the published list, in the Secret <pool>-proxies (with
-// credentials) and the ConfigMap <pool>-proxies (without).
-const (
-	ListKeyText = "proxies.txt"
-	ListKeyJSON = "proxies.json"
-)
-
-// ListName is the name of a pool's published Secret and ConfigMap.
-func ListName(pool string) string { return pool + "-proxies" }
-
-// ListEntry is one line of proxies.json. A reader computes a member's age
-// from Created: an age field would change the list every second and wake
-// every reader for nothing.
-type ListEntry struct {
-	// Name is the member Proxy.
-	Name string `json:"name"`
-	// URL is http://user:password@address:port in the Secret, and
-	// http://address:port in the ConfigMap.
-	URL string `json:"url"`
-	// Provider and Zone are where the member runs.
-	Provider string `json:"provider"`
-	Zone     string `json:"zone"`
-	// EgressIP is the address the world sees, when the probe has a check
-	// URL.
-	EgressIP string `json:"egressIP,omitempty"`
-	// Created is when the member was created.
-	Created time.Time `json:"created"`
-}
 
 // listedMember is a member in the published list.
 type listedMember struct {
@@ -55,14 +24,14 @@ type listedMember struct {
 }
 
 // renderList returns proxies.txt and proxies.json of the entries.
-func renderList(entries []ListEntry) (txt, js []byte) {
+func renderList(entries []published.ListEntry) (txt, js []byte) {
 	var b bytes.Buffer
 	for _, e := range entries {
 		b.WriteString(e.URL)
 		b.WriteByte('\n')
 	}
 	if entries == nil {
-		entries = []ListEntry{}
+		entries = []published.ListEntry{}
 	}
 	js, _ = json.MarshalIndent(entries, "", "  ") //nolint:errchkjson // strings and a time always marshal.
 	return b.Bytes(), append(js, '\n')
@@ -75,7 +44,7 @@ func renderList(entries []ListEntry) (txt, js []byte) {
 // members listed, and whether a member's credentials were not yet readable
 // (the caller looks again soon).
 func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.ProxyPool, proxies []crawlv1alpha1.Proxy, leaving map[string]bool) ([]listedMember, bool, error) {
-	var withCreds, without []ListEntry
+	var withCreds, without []published.ListEntry
 	var listed []listedMember
 	retry := false
 	for i := range proxies {
@@ -83,23 +52,21 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.P
 		if !isServing(p) || leaving[p.Name] {
 			continue
 		}
-		host := net.JoinHostPort(p.Status.Address, strconv.Itoa(int(p.Spec.Port)))
-		plain := url.URL{Scheme: "http", Host: host}
-		full := plain
+		var user *url.Userinfo
 		if p.Status.CredentialsSecretName != "" {
 			var s corev1.Secret
 			err := r.secrets().Get(ctx, types.NamespacedName{Namespace: p.Namespace, Name: p.Status.CredentialsSecretName}, &s)
-			if err != nil || len(s.Data[secretKeyUsername]) == 0 || len(s.Data[secretKeyPassword]) == 0 {
+			if err != nil || len(s.Data[published.CredentialsKeyUsername]) == 0 || len(s.Data[published.CredentialsKeyPassword]) == 0 {
 				// Leave it out rather than publish a URL that would be
 				// refused with 407.
 				retry = true
 				continue
 			}
-			full.User = url.UserPassword(string(s.Data[secretKeyUsername]), string(s.Data[secretKeyPassword]))
+			user = url.UserPassword(string(s.Data[published.CredentialsKeyUsername]), string(s.Data[published.CredentialsKeyPassword]))
 		}
-		e := ListEntry{Name: p.Name, URL: full.String(), Provider: p.Spec.Provider, Zone: p.Status.Zone, EgressIP: p.Status.EgressIP, Created: p.CreationTimestamp.UTC()}
+		e := published.ListEntry{Name: p.Name, URL: published.ProxyURL(p.Status.Address, p.Spec.Port, user), Provider: p.Spec.Provider, Zone: p.Status.Zone, EgressIP: p.Status.EgressIP, Created: p.CreationTimestamp.UTC()}
 		withCreds = append(withCreds, e)
-		e.URL = plain.String()
+		e.URL = published.ProxyURL(p.Status.Address, p.Spec.Port, nil)
 		without = append(without, e)
 		listed = append(listed, listedMember{name: p.Name, egressIP: p.Status.EgressIP})
 	}
@@ -132,7 +99,7 @@ func (r *ProxyPoolReconciler) secrets() client.Reader {
 // two keys. It reports whether it wrote anything. An object of that name
 // that the pool does not control is never changed.
 func (r *ProxyPoolReconciler) writeListObject(ctx context.Context, pool *crawlv1alpha1.ProxyPool, obj client.Object, txt, js []byte) (bool, error) {
-	key := types.NamespacedName{Namespace: pool.Namespace, Name: ListName(pool.Name)}
+	key := types.NamespacedName{Namespace: pool.Namespace, Name: published.ListName(pool.Name)}
 	kind := "ConfigMap"
 	var reader client.Reader = r.Client
 	if _, ok := obj.(*corev1.Secret); ok {
@@ -176,19 +143,19 @@ func (r *ProxyPoolReconciler) writeListObject(ctx context.Context, pool *crawlv1
 func setListData(obj client.Object, txt, js []byte) {
 	switch o := obj.(type) {
 	case *corev1.Secret:
-		o.Data = map[string][]byte{ListKeyText: txt, ListKeyJSON: js}
+		o.Data = map[string][]byte{published.ListKeyText: txt, published.ListKeyJSON: js}
 		o.StringData = nil
 	case *corev1.ConfigMap:
-		o.Data = map[string]string{ListKeyText: string(txt), ListKeyJSON: string(js)}
+		o.Data = map[string]string{published.ListKeyText: string(txt), published.ListKeyJSON: string(js)}
 	}
 }
 
 func listDataEqual(obj client.Object, txt, js []byte) bool {
 	switch o := obj.(type) {
 	case *corev1.Secret:
-		return len(o.Data) == 2 && bytes.Equal(o.Data[ListKeyText], txt) && bytes.Equal(o.Data[ListKeyJSON], js)
+		return len(o.Data) == 2 && bytes.Equal(o.Data[published.ListKeyText], txt) && bytes.Equal(o.Data[published.ListKeyJSON], js)
 	case *corev1.ConfigMap:
-		return len(o.Data) == 2 && o.Data[ListKeyText] == string(txt) && o.Data[ListKeyJSON] == string(js)
+		return len(o.Data) == 2 && o.Data[published.ListKeyText] == string(txt) && o.Data[published.ListKeyJSON] == string(js)
 	}
 	return false
 }

@@ -31,11 +31,13 @@ const (
 	deletionReplaced  = "replaced"
 )
 
-// slotPlacement is where a slot's member goes and the hash of what it is
-// made from.
+// slotPlacement is where a slot's member goes (its placement entry, with
+// the template's provider and zone filled in) and the hash of what it is
+// made from. poolSlots computes them once per reconcile; the plan hands
+// each create the one of its slot.
 type slotPlacement struct {
-	provider, zone string
-	hash           string
+	entry crawlv1alpha1.PlacementEntry
+	hash  string
 }
 
 // poolMember is what the plan needs to know of one member.
@@ -74,6 +76,8 @@ type planInput struct {
 // memberCreate is one member to create.
 type memberCreate struct {
 	slot, gen int
+	// placement is the slot's, from planInput.slots.
+	placement slotPlacement
 	// reason is the rotation reason when the member succeeds another, empty
 	// when it fills an empty slot.
 	reason string
@@ -146,7 +150,7 @@ func planPool(in planInput) poolPlan {
 	for slot, want := range in.slots {
 		ms := bySlot[slot]
 		if len(ms) == 0 {
-			p.creates = append(p.creates, memberCreate{slot: slot, gen: nextGen(slot)})
+			p.creates = append(p.creates, memberCreate{slot: slot, gen: nextGen(slot), placement: want})
 			continue
 		}
 		slices.SortFunc(ms, func(a, b poolMember) int { return cmp.Compare(a.gen, b.gen) })
@@ -203,7 +207,7 @@ func planPool(in planInput) poolPlan {
 		switch {
 		case surgeBudget > 0:
 			surgeBudget--
-			p.creates = append(p.creates, memberCreate{slot: c.m.slot, gen: nextGen(c.m.slot), reason: c.reason})
+			p.creates = append(p.creates, memberCreate{slot: c.m.slot, gen: nextGen(c.m.slot), placement: in.slots[c.m.slot], reason: c.reason})
 			p.rotating[c.reason]++
 		case unavailableBudget > 0:
 			unavailableBudget--
@@ -265,6 +269,31 @@ func memberName(pool, uid string, serial int) string {
 		sum /= uint64(len(alphabet))
 	}
 	return pool + "-" + string(b)
+}
+
+// poolSlots returns the pool's resolved placement entries and its slots,
+// one per desired replica, each with its entry and that entry's template
+// hash (computed once per entry).
+func poolSlots(pool *crawlv1alpha1.ProxyPool) ([]crawlv1alpha1.PlacementEntry, []slotPlacement) {
+	entries, weights := resolvedPlacements(pool)
+	byEntry := make([]slotPlacement, len(entries))
+	for i, e := range entries {
+		byEntry[i] = slotPlacement{entry: e, hash: templateHash(pool, e)}
+	}
+	spread := spreadSlots(weights, int(replicasOf(pool)))
+	slots := make([]slotPlacement, len(spread))
+	for slot, idx := range spread {
+		slots[slot] = byEntry[idx]
+	}
+	return entries, slots
+}
+
+// replicasOf is spec.replicas with its default.
+func replicasOf(pool *crawlv1alpha1.ProxyPool) int32 {
+	if pool.Spec.Replicas == nil {
+		return 1
+	}
+	return *pool.Spec.Replicas
 }
 
 // resolvedPlacements returns the pool's placement entries with the

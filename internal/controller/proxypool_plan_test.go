@@ -6,15 +6,23 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 )
 
 var planNow = time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+
+// labSlot is the placement of every slot of slotsOf.
+var labSlot = slotPlacement{entry: crawlv1alpha1.PlacementEntry{Provider: "lab", Zone: "a", Weight: 1}, hash: "h"}
+
+// otherSlot is a second placement, of another provider and hash.
+var otherSlot = slotPlacement{entry: crawlv1alpha1.PlacementEntry{Provider: "lab2", Zone: "b", Weight: 1}, hash: "h2"}
 
 // slotsOf returns n slots with the same placement and hash "h".
 func slotsOf(n int) []slotPlacement {
 	out := make([]slotPlacement, n)
 	for i := range out {
-		out[i] = slotPlacement{provider: "lab", zone: "a", hash: "h"}
+		out[i] = labSlot
 	}
 	return out
 }
@@ -36,13 +44,13 @@ func TestPlanPool(t *testing.T) {
 			name:   "empty pool fills every slot",
 			reason: "scaling up from zero creates one member per slot, each with its own serial",
 			in:     planInput{slots: slotsOf(3), now: planNow, maxSurge: 1},
-			want:   poolPlan{creates: []memberCreate{{slot: 0, gen: 0}, {slot: 1, gen: 1}, {slot: 2, gen: 2}}, nextSerial: 3},
+			want:   poolPlan{creates: []memberCreate{{placement: labSlot, slot: 0, gen: 0}, {placement: labSlot, slot: 1, gen: 1}, {placement: labSlot, slot: 2, gen: 2}}, nextSerial: 3},
 		},
 		{
 			name:   "serials are never reused",
 			reason: "a member deleted a moment ago may still own a Secret of the name a reused serial would give",
 			in:     planInput{slots: slotsOf(1), now: planNow, maxSurge: 1, nextSerial: 7},
-			want:   poolPlan{creates: []memberCreate{{slot: 0, gen: 7}}, nextSerial: 8},
+			want:   poolPlan{creates: []memberCreate{{placement: labSlot, slot: 0, gen: 7}}, nextSerial: 8},
 		},
 		{
 			name:   "scale down removes the highest slots",
@@ -56,14 +64,14 @@ func TestPlanPool(t *testing.T) {
 			reason: "the one being deleted still holds its name; its successor must not collide with it",
 			in: planInput{slots: slotsOf(2), now: planNow, maxSurge: 1, members: []poolMember{
 				serving("m0", 0, 0, time.Hour), withFlag(serving("m1", 1, 4, time.Hour), func(m *poolMember) { m.deleting = true })}},
-			want: poolPlan{creates: []memberCreate{{slot: 1, gen: 5}}, nextSerial: 6},
+			want: poolPlan{creates: []memberCreate{{placement: labSlot, slot: 1, gen: 5}}, nextSerial: 6},
 		},
 		{
 			name:   "maxAge with surge creates successors first, oldest first, within maxSurge",
 			reason: "surge first keeps the serving count: the old member goes only once its successor serves",
 			in: planInput{slots: slotsOf(3), now: planNow, maxAge: time.Hour, maxSurge: 1, members: []poolMember{
 				serving("m0", 0, 0, 2*time.Hour), serving("m1", 1, 0, 3*time.Hour), serving("m2", 2, 0, 30*time.Minute)}},
-			want: poolPlan{creates: []memberCreate{{slot: 1, gen: 1, reason: rotationMaxAge}},
+			want: poolPlan{creates: []memberCreate{{placement: labSlot, slot: 1, gen: 1, reason: rotationMaxAge}},
 				rotating: map[string]int{rotationMaxAge: 1}, waiting: 1, recheck: 30 * time.Minute, nextSerial: 2},
 		},
 		{
@@ -120,14 +128,14 @@ func TestPlanPool(t *testing.T) {
 			reason: "the Proxy spec is immutable: a new template means new members",
 			in: planInput{slots: slotsOf(1), now: planNow, maxSurge: 1, members: []poolMember{
 				withFlag(serving("m0", 0, 0, time.Hour), func(m *poolMember) { m.hash = "old" })}},
-			want: poolPlan{creates: []memberCreate{{slot: 0, gen: 1, reason: rotationTemplate}}, rotating: map[string]int{rotationTemplate: 1}, nextSerial: 2},
+			want: poolPlan{creates: []memberCreate{{placement: labSlot, slot: 0, gen: 1, reason: rotationTemplate}}, rotating: map[string]int{rotationTemplate: 1}, nextSerial: 2},
 		},
 		{
 			name:   "a requested rotation",
 			reason: "the rotate annotation marks members; each is replaced surge first",
 			in: planInput{slots: slotsOf(1), now: planNow, maxSurge: 1, members: []poolMember{
 				withFlag(serving("m0", 0, 0, time.Hour), func(m *poolMember) { m.rotationRequested = true })}},
-			want: poolPlan{creates: []memberCreate{{slot: 0, gen: 1, reason: rotationRequested}}, rotating: map[string]int{rotationRequested: 1}, nextSerial: 2},
+			want: poolPlan{creates: []memberCreate{{placement: labSlot, slot: 0, gen: 1, reason: rotationRequested}}, rotating: map[string]int{rotationRequested: 1}, nextSerial: 2},
 		},
 		{
 			name:   "a successor whose probe failed is replaced and the old member kept",
@@ -140,13 +148,21 @@ func TestPlanPool(t *testing.T) {
 			name:   "a member with unreadable labels is deleted",
 			reason: "its slot is unknown, so it cannot be counted; its slot is filled again",
 			in:     planInput{slots: slotsOf(1), now: planNow, maxSurge: 1, members: []poolMember{{name: "odd", slot: -1}}},
-			want:   poolPlan{creates: []memberCreate{{slot: 0, gen: 1}}, deletes: []memberDelete{{"odd", deletionScaleDown}}, nextSerial: 2},
+			want:   poolPlan{creates: []memberCreate{{placement: labSlot, slot: 0, gen: 1}}, deletes: []memberDelete{{"odd", deletionScaleDown}}, nextSerial: 2},
+		},
+		{
+			name:   "each create carries its slot's placement and hash",
+			reason: "the reconciler builds the member from the create alone; a member placed by another slot's entry would run on the wrong provider and be rotated at once for its hash",
+			in: planInput{slots: []slotPlacement{labSlot, otherSlot, otherSlot}, now: planNow, maxSurge: 1, members: []poolMember{
+				serving("m0", 0, 0, time.Hour), {name: "m1", slot: 1, gen: 1, hash: "h", created: planNow.Add(-time.Hour), ready: true, serving: true}}},
+			want: poolPlan{creates: []memberCreate{{placement: otherSlot, slot: 1, gen: 3, reason: rotationTemplate}, {placement: otherSlot, slot: 2, gen: 2}},
+				rotating: map[string]int{rotationTemplate: 1}, nextSerial: 4},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := planPool(tc.in)
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(poolPlan{}, memberCreate{}, memberDelete{}), cmpopts.EquateEmpty()); diff != "" {
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(poolPlan{}, memberCreate{}, memberDelete{}, slotPlacement{}), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("planPool() (-want +got):\n%s\nwhy this matters: %s", diff, tc.reason)
 			}
 		})
@@ -181,6 +197,61 @@ func TestSpreadSlots(t *testing.T) {
 				t.Errorf("members per entry (-want +got):\n%s\nwhy this matters: %s", diff, tc.reason)
 			}
 		})
+	}
+}
+
+func TestPoolSlots(t *testing.T) {
+	pool := func(replicas int32, placement ...crawlv1alpha1.PlacementEntry) *crawlv1alpha1.ProxyPool {
+		return &crawlv1alpha1.ProxyPool{Spec: crawlv1alpha1.ProxyPoolSpec{
+			Replicas:  &replicas,
+			Placement: placement,
+			Template:  crawlv1alpha1.ProxyTemplate{Spec: crawlv1alpha1.ProxySpec{Provider: "lab", Zone: "a", Port: 3128}},
+		}}
+	}
+	at := func(p *crawlv1alpha1.ProxyPool, e crawlv1alpha1.PlacementEntry) slotPlacement {
+		return slotPlacement{entry: e, hash: templateHash(p, e)}
+	}
+	lab := crawlv1alpha1.PlacementEntry{Provider: "lab", Zone: "a", Weight: 1}
+	labB := crawlv1alpha1.PlacementEntry{Provider: "lab", Zone: "b", Weight: 1}
+	other := crawlv1alpha1.PlacementEntry{Provider: "other", Weight: 2}
+	tests := []struct {
+		name   string
+		reason string
+		pool   *crawlv1alpha1.ProxyPool
+		want   func(*crawlv1alpha1.ProxyPool) []slotPlacement
+	}{
+		{
+			name:   "no placement: every slot is the template's",
+			reason: "a pool without placement puts every member where its template says",
+			pool:   pool(2),
+			want:   func(p *crawlv1alpha1.ProxyPool) []slotPlacement { return []slotPlacement{at(p, lab), at(p, lab)} },
+		},
+		{
+			name:   "entries are filled from the template and spread by weight",
+			reason: "an entry without a zone on the template's provider takes the template's zone; another provider's keeps none; weights 1:2 give the second entry two of three slots",
+			pool:   pool(3, crawlv1alpha1.PlacementEntry{Zone: "b"}, crawlv1alpha1.PlacementEntry{Provider: "other", Weight: 2}),
+			want: func(p *crawlv1alpha1.ProxyPool) []slotPlacement {
+				return []slotPlacement{at(p, other), at(p, labB), at(p, other)}
+			},
+		},
+		{
+			name:   "zero replicas: no slot",
+			reason: "a pool scaled to zero plans no member",
+			pool:   pool(0),
+			want:   func(*crawlv1alpha1.ProxyPool) []slotPlacement { return []slotPlacement{} },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, got := poolSlots(tc.pool)
+			if diff := cmp.Diff(tc.want(tc.pool), got, cmp.AllowUnexported(slotPlacement{})); diff != "" {
+				t.Errorf("poolSlots() (-want +got):\n%s\nwhy this matters: %s", diff, tc.reason)
+			}
+		})
+	}
+	p := pool(2, lab, labB)
+	if _, slots := poolSlots(p); slots[0].hash == slots[1].hash {
+		t.Errorf("two zones have the same template hash %s: a member moved to another zone would not be rotated", slots[0].hash)
 	}
 }
 

@@ -79,8 +79,9 @@ func CacheOptions() cache.Options {
 	}
 }
 
-// SetupWithManager adds the Proxy reconciler, garbage collection and the
-// health reporter to mgr.
+// SetupWithManager adds the Proxy and ProxyPool reconcilers, garbage
+// collection, the health reporter and (with a Registerer) the proxies
+// collector to mgr.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	recorder := mgr.GetEventRecorder(EventSource)
 	refusals := &refusalLog{}

@@ -29,9 +29,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
-	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
@@ -98,7 +98,7 @@ func (b *logBuffer) String() string {
 // operator is one running manager with the controllers under test.
 type operator struct {
 	fake    *fakeprovider.Provider
-	prober  *probe.Fake
+	prober  *fakeprobe.Prober
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	logs    *logBuffer
@@ -143,7 +143,7 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 	opts := oo.opts
 	opts.SkipNameValidation = true
 	if opts.Prober == nil {
-		o.prober = probe.NewFake()
+		o.prober = fakeprobe.New()
 		opts.Prober = o.prober
 	}
 	if opts.ProbeInterval == 0 {

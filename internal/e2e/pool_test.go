@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
@@ -163,8 +164,8 @@ func waitServing(t *testing.T, ns, name string, want int, extra func([]crawlv1al
 		slices.Sort(serving)
 		var listed []string
 		var cm corev1.ConfigMap
-		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: controller.ListName(name)}, &cm); err == nil {
-			listed = strings.Fields(cm.Data[controller.ListKeyText])
+		if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: published.ListName(name)}, &cm); err == nil {
+			listed = strings.Fields(cm.Data[published.ListKeyText])
 			slices.Sort(listed)
 		}
 		ok := len(members) == want && len(serving) == want && slices.Equal(serving, listed) && (extra == nil || extra(members))
@@ -177,11 +178,11 @@ func waitServing(t *testing.T, ns, name string, want int, extra func([]crawlv1al
 func proxiesTxt(t *testing.T, ns, name string) []string {
 	t.Helper()
 	var s corev1.Secret
-	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: controller.ListName(name)}, &s); err != nil {
+	if err := env.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: published.ListName(name)}, &s); err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(s.Data[controller.ListKeyText]))
+	sc := bufio.NewScanner(bytes.NewReader(s.Data[published.ListKeyText]))
 	for sc.Scan() {
 		if line := strings.TrimSpace(sc.Text()); line != "" {
 			out = append(out, line)

@@ -20,5 +20,5 @@
 // proxy. Credentials never appear in a Result or an error.
 //
 // Prober is the seam: controllers take a Prober, the envtest suites give
-// them Fake.
+// them internal/testing/fakeprobe.
 package probe

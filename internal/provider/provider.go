@@ -225,3 +225,34 @@ type Checker interface {
 	// verdict. It honours its context.
 	Check(ctx context.Context) []Verdict
 }
+
+// Optional is implemented by decorators of a Provider (the operator's
+// internal/provider/instrumented): one decorator type carries the methods of
+// every optional interface, so that a new optional interface adds a method,
+// not a doubling of wrapper types, and Supports says which of them the
+// provider beneath it really implements. Callers therefore never ask by a
+// type assertion, which would see the decorator's methods, but through
+// AsChecker and AsSweeper.
+type Optional interface {
+	// Supports reports whether the operation op of an optional interface
+	// (OpCheck, OpSweep) is implemented by the decorated provider.
+	Supports(op Op) bool
+}
+
+// AsChecker returns p as a Checker when it can check its health, through
+// any decorator.
+func AsChecker(p Provider) (Checker, bool) { return as[Checker](p, OpCheck) }
+
+// AsSweeper returns p as a Sweeper when it leaves things to sweep, through
+// any decorator.
+func AsSweeper(p Provider) (Sweeper, bool) { return as[Sweeper](p, OpSweep) }
+
+// as is the one capability check behind the As* accessors.
+func as[T any](p Provider, op Op) (T, bool) {
+	var none T
+	if o, ok := p.(Optional); ok && !o.Supports(op) {
+		return none, false
+	}
+	t, ok := p.(T)
+	return t, ok
+}

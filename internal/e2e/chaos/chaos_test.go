@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
@@ -245,7 +247,7 @@ func (r *run) recorded(instance string) bool {
 // create included).
 func (r *run) remove(ctx context.Context) {
 	var names []string
-	for _, n := range sortedKeys(r.proxies) {
+	for _, n := range slices.Sorted(maps.Keys(r.proxies)) {
 		if !r.proxies[n].deleted {
 			names = append(names, n)
 		}
@@ -676,7 +678,7 @@ func (r *run) report() {
 	}
 	var faults []string
 	total := 0
-	for _, k := range sortedKeys(r.faults) {
+	for _, k := range slices.Sorted(maps.Keys(r.faults)) {
 		faults = append(faults, k+"="+strconv.Itoa(r.faults[k]))
 		total += r.faults[k]
 	}

@@ -2,6 +2,7 @@ package instrumented
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -39,25 +40,23 @@ type Options struct {
 	Tracer trace.Tracer
 }
 
-// Wrap returns p with observability added. The result implements
-// provider.Checker and provider.Sweeper exactly when p does.
+// Wrap returns p with observability added. The result carries every
+// optional interface's method and implements provider.Optional: callers ask
+// provider.AsChecker and provider.AsSweeper, which answer for p.
 func Wrap(p provider.Provider, o Options) provider.Provider {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("")
 	}
-	w := &wrapped{next: p, o: o, log: o.Log.WithValues("provider", o.Name)}
-	c, checks := p.(provider.Checker)
-	s, sweeps := p.(provider.Sweeper)
-	switch {
-	case checks && sweeps:
-		return &wrappedCheckerSweeper{wrappedChecker: &wrappedChecker{wrapped: w, checker: c}, sweeper: s}
-	case checks:
-		return &wrappedChecker{wrapped: w, checker: c}
-	case sweeps:
-		return &wrappedSweeper{wrapped: w, sweeper: s}
-	}
-	return w
+	return &wrapped{next: p, o: o, log: o.Log.WithValues("provider", o.Name)}
 }
+
+// The one wrapper type implements every optional interface; Supports tells
+// the callers which ones the wrapped provider has.
+var (
+	_ provider.Optional = (*wrapped)(nil)
+	_ provider.Checker  = (*wrapped)(nil)
+	_ provider.Sweeper  = (*wrapped)(nil)
+)
 
 type wrapped struct {
 	next provider.Provider
@@ -154,15 +153,31 @@ func (w *wrapped) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	return out, err
 }
 
-type wrappedChecker struct {
-	*wrapped
-	checker provider.Checker
+// Supports implements provider.Optional: it answers for the wrapped
+// provider, through any decorator of its own.
+func (w *wrapped) Supports(op provider.Op) bool {
+	switch op {
+	case provider.OpCheck:
+		_, ok := provider.AsChecker(w.next)
+		return ok
+	case provider.OpSweep:
+		_, ok := provider.AsSweeper(w.next)
+		return ok
+	}
+	return false
 }
 
-func (w *wrappedChecker) Check(ctx context.Context) []provider.Verdict {
+// Check implements provider.Checker. For a provider without a Checker it
+// returns no verdicts and makes no call (provider.AsChecker says false for
+// it, so the operator does not ask).
+func (w *wrapped) Check(ctx context.Context) []provider.Verdict {
+	checker, ok := provider.AsChecker(w.next)
+	if !ok {
+		return nil
+	}
 	var out []provider.Verdict
 	_ = w.call(ctx, provider.OpCheck, "", nil, func(ctx context.Context) error {
-		out = w.checker.Check(ctx)
+		out = checker.Check(ctx)
 		unhealthy := 0
 		for _, v := range out {
 			if !v.Healthy {
@@ -175,27 +190,21 @@ func (w *wrappedChecker) Check(ctx context.Context) []provider.Verdict {
 	return out
 }
 
-type wrappedSweeper struct {
-	*wrapped
-	sweeper provider.Sweeper
-}
+// errNoSweep answers a Sweep of a provider that has nothing to sweep.
+var errNoSweep = errors.New("this provider type leaves nothing to sweep")
 
-func (w *wrappedSweeper) Sweep(ctx context.Context) (int, error) { return w.sweep(ctx, w.sweeper) }
-
-type wrappedCheckerSweeper struct {
-	*wrappedChecker
-	sweeper provider.Sweeper
-}
-
-func (w *wrappedCheckerSweeper) Sweep(ctx context.Context) (int, error) {
-	return w.sweep(ctx, w.sweeper)
-}
-
-func (w *wrapped) sweep(ctx context.Context, s provider.Sweeper) (int, error) {
+// Sweep implements provider.Sweeper. For a provider without a Sweeper it
+// removes nothing and says so with a Permanent error (provider.AsSweeper
+// says false for it, so the operator does not ask).
+func (w *wrapped) Sweep(ctx context.Context) (int, error) {
+	sweeper, ok := provider.AsSweeper(w.next)
+	if !ok {
+		return 0, provider.Annotate(provider.NewPermanent(errNoSweep, "call Sweep only where provider.AsSweeper says true"), w.o.Name, provider.OpSweep, "")
+	}
 	var n int
 	err := w.call(ctx, provider.OpSweep, "", nil, func(ctx context.Context) error {
 		var err error
-		n, err = s.Sweep(ctx)
+		n, err = sweeper.Sweep(ctx)
 		trace.SpanFromContext(ctx).SetAttributes(attrCount.Int(n))
 		return err
 	})

@@ -205,9 +205,9 @@ func TestSpans(t *testing.T) {
 					{Target: "n1", Healthy: true, Reason: "Reachable"},
 					{Target: "n2", Healthy: false, Reason: "Unreachable"},
 				}
-				c, ok := h.wrapped.(provider.Checker)
+				c, ok := provider.AsChecker(h.wrapped)
 				if !ok {
-					t.Fatal("wrapped fake does not implement provider.Checker")
+					t.Fatal("wrapped fake is not a provider.Checker")
 				}
 				if diff := cmp.Diff(h.fake.Verdicts, c.Check(ctx)); diff != "" {
 					t.Errorf("Check() mismatch (-want +got):\n%s", diff)
@@ -419,9 +419,9 @@ func TestCheckerOnlyWhenWrappedIsChecker(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.inner)
-			_, got := h.wrapped.(provider.Checker)
+			_, got := provider.AsChecker(h.wrapped)
 			if diff := cmp.Diff(tc.checker, got); diff != "" {
-				t.Errorf("implements provider.Checker mismatch (-want +got) (%s):\n%s", tc.reason, diff)
+				t.Errorf("provider.AsChecker mismatch (-want +got) (%s):\n%s", tc.reason, diff)
 			}
 			// The wrapper must still forward the Provider methods.
 			if _, err := h.wrapped.ListByTag(context.Background()); err != nil {
@@ -624,12 +624,18 @@ func TestSweeperOnlyWhenWrappedIsSweeper(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, tc.inner)
-			_, checks := h.wrapped.(provider.Checker)
-			s, sweeps := h.wrapped.(provider.Sweeper)
+			_, checks := provider.AsChecker(h.wrapped)
+			s, sweeps := provider.AsSweeper(h.wrapped)
 			if diff := cmp.Diff([]bool{tc.checker, tc.sweeper}, []bool{checks, sweeps}); diff != "" {
-				t.Fatalf("implements [Checker Sweeper] (-want +got) (%s):\n%s", tc.reason, diff)
+				t.Fatalf("[AsChecker AsSweeper] (-want +got) (%s):\n%s", tc.reason, diff)
 			}
 			if !sweeps {
+				// The one wrapper type has Sweep anyway: called by mistake,
+				// it must not reach the provider nor claim a removal.
+				n, err := h.wrapped.(provider.Sweeper).Sweep(context.Background())
+				if n != 0 || !provider.IsPermanent(err) {
+					t.Errorf("Sweep of a provider that does not sweep = %d, %v; want 0 and a Permanent error", n, err)
+				}
 				return
 			}
 			if n, err := s.Sweep(context.Background()); n != 3 || err != nil {

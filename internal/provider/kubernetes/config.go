@@ -2,8 +2,8 @@ package kubernetes
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -103,7 +103,7 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 			errs = append(errs, field.Invalid(path.Child("namespace"), b.Namespace, msg))
 		}
 	}
-	for _, name := range sortedKeys(b.Images) {
+	for _, name := range slices.Sorted(maps.Keys(b.Images)) {
 		if !slices.Contains(e.Images, name) {
 			errs = append(errs, field.NotSupported(path.Child("images").Key(name), name, e.Images))
 		}
@@ -111,7 +111,7 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 			errs = append(errs, field.Required(path.Child("images").Key(name), "a container image reference"))
 		}
 	}
-	for _, zone := range sortedKeys(b.Zones) {
+	for _, zone := range slices.Sorted(maps.Keys(b.Zones)) {
 		p := path.Child("zones").Key(zone)
 		if !slices.Contains(e.Zones, zone) {
 			errs = append(errs, field.NotSupported(p, zone, e.Zones))
@@ -122,7 +122,7 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 		errs = append(errs, metav1validation.ValidateLabels(b.Zones[zone].NodeSelector, p.Child("nodeSelector"))...)
 	}
 	machineTypes := e.MachineTypeNames()
-	for _, name := range sortedKeys(b.Resources) {
+	for _, name := range slices.Sorted(maps.Keys(b.Resources)) {
 		if !slices.Contains(machineTypes, name) {
 			errs = append(errs, field.NotSupported(path.Child("resources").Key(name), name, machineTypes))
 		}
@@ -138,15 +138,6 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 		}
 	}
 	return errs
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // String summarises the block for --check-config.

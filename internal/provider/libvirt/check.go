@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -53,7 +55,7 @@ func (p *Provider) checkHost(ctx context.Context, h Host) provider.Verdict {
 		}
 	}
 	var missing []string
-	for _, im := range sortedKeys(p.block.Images) {
+	for _, im := range slices.Sorted(maps.Keys(p.block.Images)) {
 		vol := p.block.Images[im].Volume
 		_, err := p.drv.volumeXML(ctx, h, p.block.Pool, vol)
 		if errors.Is(err, errNoVolume) {

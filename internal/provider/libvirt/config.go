@@ -2,16 +2,15 @@ package libvirt
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
@@ -42,7 +41,6 @@ const (
 	AddressSourceAgent    = "agent"
 	defaultAddressSource  = AddressSourceLease
 	vlanMax               = 4094
-	maxHostNameLength     = 63
 	defaultSSHUserMessage = "a user in the libvirt group on the host"
 )
 
@@ -238,7 +236,7 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 		if h.Name != "" {
 			ip = hp.Key(h.Name)
 		}
-		errs = append(errs, validateLabel(ip.Child("name"), h.Name, maxHostNameLength)...)
+		errs = append(errs, config.ValidateName(ip.Child("name"), h.Name)...)
 		if names[h.Name] && h.Name != "" {
 			errs = append(errs, field.Duplicate(ip.Child("name"), h.Name))
 		}
@@ -299,7 +297,7 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 			errs = append(errs, field.Required(imp.Key(im), "every catalogue image needs a base volume: {volume: debian-12.qcow2}"))
 		}
 	}
-	for _, im := range sortedKeys(b.Images) {
+	for _, im := range slices.Sorted(maps.Keys(b.Images)) {
 		ip := imp.Key(im)
 		if !slices.Contains(e.Images, im) {
 			errs = append(errs, field.NotSupported(ip, im, e.Images))
@@ -383,17 +381,6 @@ func (b *Block) Host(name string) (Host, bool) {
 	return Host{}, false
 }
 
-func validateLabel(p *field.Path, v string, _ int) field.ErrorList {
-	if v == "" {
-		return field.ErrorList{field.Required(p, "a DNS label such as kvm1")}
-	}
-	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Label(v) {
-		errs = append(errs, field.Invalid(p, v, msg))
-	}
-	return errs
-}
-
 // validateObjectName accepts libvirt object names (pools, networks, volumes,
 // bridges): no path separators, no whitespace or control characters, so
 // that a name can never address a file outside its pool.
@@ -409,13 +396,4 @@ func validateObjectName(p *field.Path, v string, required bool) field.ErrorList 
 		return field.ErrorList{field.Invalid(p, v, "a name without slashes, spaces or control characters, not starting with -")}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

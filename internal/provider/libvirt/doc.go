@@ -7,7 +7,9 @@
 //
 // Every domain the operator creates carries a mark in its <metadata>, under
 // the operator's own XML namespace (MarkNamespace): the owner Proxy's UID,
-// the instance name and the creation time. Domain, volume and pool XML is
+// the instance name and the creation time, signed with the installation's
+// key (internal/ownership) for this entry, host and domain; a domain whose
+// mark does not verify is foreign. Domain, volume and pool XML is
 // built and read with libvirt.org/go/libvirtxml. docs/libvirt.md describes
 // the host prerequisites, the configuration and the verdicts.
 package libvirt

@@ -5,21 +5,38 @@ import (
 	"errors"
 	"fmt"
 
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Reasons of the verdicts of a libvirt host, as api/v1alpha1 documents
-// them for users of ProviderHealth.
+// Reasons of a libvirt host's entry in ProviderHealth.status.targets, for
+// the provider types kvm2 and kvm. Each host gets exactly one; they are
+// checked in this order, so the first failure is the one reported.
+// docs/libvirt.md says what to do about each.
 const (
-	ReasonOK                   = crawlv1alpha1.ReasonHostOK
-	ReasonUnreachable          = crawlv1alpha1.ReasonHostUnreachable
-	ReasonHostKeyMismatch      = crawlv1alpha1.ReasonHostKeyMismatch
-	ReasonAuthenticationFailed = crawlv1alpha1.ReasonHostAuthenticationFailed
-	ReasonLibvirtUnavailable   = crawlv1alpha1.ReasonHostLibvirtUnavailable
-	ReasonPoolNotFound         = crawlv1alpha1.ReasonHostPoolNotFound
-	ReasonNetworkNotFound      = crawlv1alpha1.ReasonHostNetworkNotFound
-	ReasonImageNotFound        = crawlv1alpha1.ReasonHostImageNotFound
+	// ReasonOK (healthy): SSH and libvirt answer, the storage pool and the
+	// network are active and every image's base volume is in the pool.
+	ReasonOK = "OK"
+	// ReasonUnreachable: no TCP connection or SSH handshake with the host
+	// (down, firewalled, wrong address or port).
+	ReasonUnreachable = "Unreachable"
+	// ReasonHostKeyMismatch: the host's SSH key is not the one the
+	// known_hosts file lists for it (or the host is not listed); the
+	// operator sent nothing.
+	ReasonHostKeyMismatch = "HostKeyMismatch"
+	// ReasonAuthenticationFailed: the host refused the operator's key, or
+	// the key file cannot be read.
+	ReasonAuthenticationFailed = "AuthenticationFailed"
+	// ReasonLibvirtUnavailable: SSH works but libvirt does not answer on its
+	// socket (daemon stopped, socket path wrong, user not allowed).
+	ReasonLibvirtUnavailable = "LibvirtUnavailable"
+	// ReasonPoolNotFound: the configured storage pool is missing or not
+	// started.
+	ReasonPoolNotFound = "PoolNotFound"
+	// ReasonNetworkNotFound: the configured libvirt network is missing or
+	// not started.
+	ReasonNetworkNotFound = "NetworkNotFound"
+	// ReasonImageNotFound: an image's base volume is not in the pool.
+	ReasonImageNotFound = "ImageNotFound"
 )
 
 // HostError is a failure to reach a host or its libvirt, with the verdict

@@ -16,6 +16,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/sharedread"
 )
 
 // Options build a Provider.
@@ -45,8 +46,8 @@ type Provider struct {
 	now   func() time.Time
 	names keyedlock.Locker
 
-	cmu    sync.Mutex
-	caches map[string]*hostCache // by host name
+	cmu      sync.Mutex
+	listings map[string]*sharedread.Read[[]domainInfo] // by host name
 
 	mu      sync.Mutex
 	facts   map[string]factsEntry // by host/name: the definition read for a UUID
@@ -75,24 +76,6 @@ type addrEntry struct {
 type leaseEntry struct {
 	at     time.Time
 	leases []lease
-}
-
-// hostCache is the shared listing of one host.
-type hostCache struct {
-	mu     sync.Mutex
-	list   []domainInfo
-	at     time.Time
-	flight *flight
-	gen    int
-}
-
-// flight is one listing shared by its callers.
-type flight struct {
-	done    chan struct{}
-	started time.Time
-	gen     int
-	list    []domainInfo
-	err     error
 }
 
 var (
@@ -131,8 +114,8 @@ func New(o Options) (*Provider, error) {
 	}
 	return &Provider{
 		ident: o.Ownership, entry: o.Entry, block: b, drv: drv, now: now,
-		caches: map[string]*hostCache{},
-		facts:  map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
+		listings: map[string]*sharedread.Read[[]domainInfo]{},
+		facts:    map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
 		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},
 		released: map[string]string{}, sweeps: map[string]time.Time{},
 	}, nil
@@ -161,70 +144,49 @@ func (p *Provider) parseID(id provider.ID) (Host, string, error) {
 	return h, name, nil
 }
 
-func (p *Provider) cache(host string) *hostCache {
+// hostListing returns the shared listing of host h.
+func (p *Provider) hostListing(h Host) *sharedread.Read[[]domainInfo] {
 	p.cmu.Lock()
 	defer p.cmu.Unlock()
-	c, ok := p.caches[host]
+	r, ok := p.listings[h.Name]
 	if !ok {
-		c = &hostCache{}
-		p.caches[host] = c
+		r = sharedread.New(func(ctx context.Context) ([]domainInfo, error) {
+			l, err := p.drv.listDomains(ctx, h)
+			if l == nil && err == nil {
+				l = []domainInfo{}
+			}
+			return l, err
+		}, sharedread.Options{
+			Now: p.now,
+			// The listing outlives a caller whose context ends: others wait
+			// for it. It is bounded by the dial timeout and the connection's
+			// keepalive.
+			Bound: p.block.DialTimeout() + p.block.KeepaliveInterval()*2,
+		})
+		p.listings[h.Name] = r
 	}
-	return c
+	return r
 }
 
 // listing returns the host's domains as listed at or after notBefore. One
 // listing is shared by every caller that wants it, so that Get costs at
 // most one round trip per host per poll interval for all instances.
 func (p *Provider) listing(ctx context.Context, h Host, notBefore time.Time) ([]domainInfo, error) {
-	c := p.cache(h.Name)
-	c.mu.Lock()
-	if c.list != nil && !c.at.Before(notBefore) {
-		l := c.list
-		c.mu.Unlock()
-		return l, nil
+	l, _, err := p.hostListing(h).Get(ctx, notBefore)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("listing domains of host %s: %w", h.Name, err)
 	}
-	f := c.flight
-	if f == nil || f.started.Before(notBefore) {
-		f = &flight{done: make(chan struct{}), started: p.now(), gen: c.gen}
-		c.flight = f
-		// The listing outlives a caller whose context ends: others wait for
-		// it. It is bounded by the dial timeout and the connection's
-		// keepalive.
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.block.DialTimeout()+p.block.KeepaliveInterval()*2)
-		go func() {
-			defer cancel()
-			l, err := p.drv.listDomains(fctx, h)
-			if l == nil && err == nil {
-				l = []domainInfo{}
-			}
-			c.mu.Lock()
-			if err == nil && f.gen == c.gen && (c.list == nil || !f.started.Before(c.at)) {
-				c.list, c.at = l, f.started
-			}
-			if c.flight == f {
-				c.flight = nil
-			}
-			f.list, f.err = l, err
-			c.mu.Unlock()
-			close(f.done)
-		}()
-	}
-	c.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.list, f.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("listing domains of host %s: %w", h.Name, ctx.Err())
-	}
+	return l, err
 }
 
 // invalidate drops a host's cached listing after a change this process made.
 func (p *Provider) invalidate(host string) {
-	c := p.cache(host)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.list, c.at = nil, time.Time{}
-	c.gen++
+	p.cmu.Lock()
+	r := p.listings[host]
+	p.cmu.Unlock()
+	if r != nil { // no listing yet: none kept, none in flight
+		r.Invalidate()
+	}
 }
 
 func (p *Provider) cachedListing(ctx context.Context, h Host) ([]domainInfo, error) {

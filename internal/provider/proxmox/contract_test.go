@@ -13,7 +13,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // TestContract runs the provider contract suite against the simulator.

@@ -19,9 +19,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
 // sentinelSecret is the token secret; it must appear in no error, log line
@@ -31,7 +31,7 @@ const sentinelSecret = "9d41e7c2-5e17-4e1a-b5ec-5e7713e1c0de"
 // sentinelPassword is in the user-data; the same rule applies.
 const sentinelPassword = "sentinel-password-5b0f33aa"
 
-const simYAML = `
+var simYAML = `
 speed: 1000
 nodes: [{name: pve1}, {name: pve2}]
 storages:
@@ -66,18 +66,14 @@ tokens:
     secret: "` + sentinelSecret + `"
     acl:
       - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
+        privileges: ` + PrivilegesYAML(RootPrivileges) + `
       - path: /storage/seeds
-        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
+        privileges: ` + PrivilegesYAML(SeedStoragePrivileges) + `
   - id: "noseed@pve!t"
     secret: "a7e0f11e-0000-4000-8000-000000000002"
     acl:
       - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
+        privileges: ` + PrivilegesYAML(RootPrivileges) + `
 `
 
 // testIdentity is the installation every provider of these tests belongs

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // TestMakeTestIntegrationProxmox runs `make test-integration-proxmox`, the

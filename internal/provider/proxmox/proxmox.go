@@ -18,6 +18,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/sharedread"
 )
 
 // Options build a Provider.
@@ -45,15 +46,15 @@ type Provider struct {
 	lo, hi int
 	names  keyedlock.Locker
 
-	// listMu guards the shared reads: the cluster-wide listing and, by
-	// node, the node listings (only of nodes that host a running VM of
-	// ours, since only Get of such a VM reads one).
+	// The shared reads: the cluster-wide listing and, by node, the node
+	// listings (only of nodes that host a running VM of ours, since only
+	// Get of such a VM reads one). listMu guards the maps.
+	vms     *sharedread.Read[[]Resource]
 	listMu  sync.Mutex
-	vms     sharedRead[[]Resource]
-	nodeVMs map[string]*sharedRead[[]NodeVM]
+	nodeVMs map[string]*sharedread.Read[[]NodeVM]
 	// nodeTasks are, by node, the task lists that tell the tasks of every
 	// Create and Delete in flight on the node how they are doing.
-	nodeTasks map[string]*sharedRead[[]TaskEntry]
+	nodeTasks map[string]*sharedread.Read[[]TaskEntry]
 
 	mu    sync.Mutex
 	marks map[int]markEntry    // by VMID: the mark read from the config
@@ -160,15 +161,15 @@ func New(o Options) (*Provider, error) {
 	p := &Provider{
 		ident: o.Ownership, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
-		nodeVMs: map[string]*sharedRead[[]NodeVM]{},
+		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{}, seen: map[int]time.Time{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
-		nodeTasks: map[string]*sharedRead[[]TaskEntry]{},
+		nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating:  map[string]creatingVM{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
 	p.started = p.now()
-	p.vms.read = p.api.resources
+	p.vms = sharedread.New(p.api.resources, sharedread.Options{Now: p.now})
 	return p, nil
 }
 
@@ -202,7 +203,7 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 // one call per poll interval for all instances of the entry, and so do the
 // creates and deletes in flight.
 func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, time.Time, error) {
-	return p.vms.get(ctx, p, notBefore)
+	return p.vms.Get(ctx, notBefore)
 }
 
 // freshness is how new a listing Create and Delete of name need: started
@@ -237,11 +238,11 @@ func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.
 	p.listMu.Lock()
 	s, ok := p.nodeVMs[node]
 	if !ok {
-		s = &sharedRead[[]NodeVM]{read: func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }}
+		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }, sharedread.Options{Now: p.now})
 		p.nodeVMs[node] = s
 	}
 	p.listMu.Unlock()
-	return s.get(ctx, p, notBefore)
+	return s.Get(ctx, notBefore)
 }
 
 // cachedListing is the listing at most one poll interval old.
@@ -397,9 +398,9 @@ func (p *Provider) taskState(ctx context.Context, ref taskRef, at time.Time) (Ta
 	s, ok := p.nodeTasks[ref.node]
 	if !ok {
 		node := ref.node
-		s = &sharedRead[[]TaskEntry]{read: func(ctx context.Context) ([]TaskEntry, error) {
+		s = sharedread.New(func(ctx context.Context) ([]TaskEntry, error) {
 			return p.api.tasks(ctx, node, p.oldestTask(node).Add(-taskSkew).Unix())
-		}}
+		}, sharedread.Options{Now: p.now})
 		p.nodeTasks[ref.node] = s
 	}
 	p.listMu.Unlock()
@@ -407,7 +408,7 @@ func (p *Provider) taskState(ctx context.Context, ref taskRef, at time.Time) (Ta
 	if at.After(notBefore) {
 		notBefore = at
 	}
-	list, listed, err := s.get(ctx, p, notBefore)
+	list, listed, err := s.Get(ctx, notBefore)
 	if err == nil {
 		for _, e := range list {
 			if e.UPID == ref.upid {

@@ -4,7 +4,7 @@
 // base64 write_files content, and the merging of several cloud-configs
 // writing one file.
 //
-// It is for the test world only: a simulated guest (internal/pvesim/guests)
+// It is for the test world only: a simulated guest (internal/testing/pvesim/guests)
 // uses it to run the proxy its seed configures, and its tests check
 // internal/cloudinit's renderer against it. The operator never parses
 // user-data.

@@ -3,7 +3,7 @@
 // finds it on a VM's seed drive (Joliet names first, then Rock Ridge, then the
 // 8.3 names).
 //
-// It is for the test world only: simulated guests (internal/pvesim/guests,
+// It is for the test world only: simulated guests (internal/testing/pvesim/guests,
 // and any other simulator) read their seed with it, and its tests check the
 // writer against an independent reader and against genisoimage's images. The
 // operator never reads a seed.

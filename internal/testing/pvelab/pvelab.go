@@ -13,9 +13,10 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
 // The cluster's fixed names.
@@ -34,7 +35,7 @@ const (
 )
 
 // cluster is the simulated cluster; %s is the node list.
-const cluster = `
+var cluster = `
 nodes: [%s]
 storages:
   - {id: local-lvm, type: lvmthin, content: [images]}
@@ -47,11 +48,9 @@ tokens:
     secret: "` + tokenSecret + `"
     acl:
       - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
+        privileges: ` + proxmox.PrivilegesYAML(proxmox.RootPrivileges) + `
       - path: /storage/seeds
-        privileges: [Datastore.Allocate, Datastore.AllocateTemplate, Datastore.AllocateSpace, Datastore.Audit]
+        privileges: ` + proxmox.PrivilegesYAML(proxmox.SeedStoragePrivileges) + `
 `
 
 // Options shape the lab.

@@ -1,4 +1,4 @@
-package probe
+package fakeprobe
 
 import (
 	"context"
@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 )
 
-// Fake is a Prober for tests: every proxy passes, with an egress address of
+// Prober is a probe.Prober for tests: every proxy passes, with an egress address of
 // its own derived from its address, unless a test says otherwise with
 // Fail, Egress or Pass. It records the targets it probed.
-type Fake struct {
+type Prober struct {
 	mu      sync.Mutex
 	failing map[string]error
 	egress  map[string]netip.Addr
@@ -20,30 +22,30 @@ type Fake struct {
 	started map[string]int
 }
 
-var _ Prober = (*Fake)(nil)
+var _ probe.Prober = (*Prober)(nil)
 
-// NewFake returns a Fake where every proxy passes.
-func NewFake() *Fake {
-	return &Fake{failing: map[string]error{}, egress: map[string]netip.Addr{}, probed: map[string]int{},
+// New returns a Prober where every proxy passes.
+func New() *Prober {
+	return &Prober{failing: map[string]error{}, egress: map[string]netip.Addr{}, probed: map[string]int{},
 		hanging: map[string]chan struct{}{}, started: map[string]int{}}
 }
 
 // Fail makes probes of the proxy at address (host:port) fail with err.
-func (f *Fake) Fail(address string, err error) {
+func (f *Prober) Fail(address string, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.failing[address] = err
 }
 
 // Pass undoes Fail.
-func (f *Fake) Pass(address string) {
+func (f *Prober) Pass(address string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.failing, address)
 }
 
 // Egress makes the proxy at address report ip as its egress address.
-func (f *Fake) Egress(address string, ip netip.Addr) {
+func (f *Prober) Egress(address string, ip netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.egress[address] = ip
@@ -51,7 +53,7 @@ func (f *Fake) Egress(address string, ip netip.Addr) {
 
 // Hang makes probes of the proxy at address block, as a proxy that drops
 // packets does, until Release or the end of their context.
-func (f *Fake) Hang(address string) {
+func (f *Prober) Hang(address string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.hanging[address]; !ok {
@@ -60,7 +62,7 @@ func (f *Fake) Hang(address string) {
 }
 
 // Release lets the probes that Hang holds, and later ones, go on.
-func (f *Fake) Release(address string) {
+func (f *Prober) Release(address string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if c, ok := f.hanging[address]; ok {
@@ -71,25 +73,25 @@ func (f *Fake) Release(address string) {
 
 // Started returns how many probes of the proxy at address began, whether
 // or not they ended.
-func (f *Fake) Started(address string) int {
+func (f *Prober) Started(address string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.started[address]
 }
 
 // Probed returns how many times the proxy at address was probed.
-func (f *Fake) Probed(address string) int {
+func (f *Prober) Probed(address string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.probed[address]
 }
 
-// Probe implements Prober. Without a check URL it reports no egress address,
+// Probe implements probe.Prober. Without a check URL it reports no egress address,
 // as the real one does; with one, the address set by Egress, or else the
 // proxy's own host.
-func (f *Fake) Probe(ctx context.Context, t Target) (Result, error) {
+func (f *Prober) Probe(ctx context.Context, t probe.Target) (probe.Result, error) {
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return probe.Result{}, err
 	}
 	f.mu.Lock()
 	f.started[t.Address]++
@@ -99,16 +101,16 @@ func (f *Fake) Probe(ctx context.Context, t Target) (Result, error) {
 		select {
 		case <-hang:
 		case <-ctx.Done():
-			return Result{}, fmt.Errorf("probing %s: %w", t.Address, ctx.Err())
+			return probe.Result{}, fmt.Errorf("probing %s: %w", t.Address, ctx.Err())
 		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.probed[t.Address]++
 	if err := f.failing[t.Address]; err != nil {
-		return Result{}, err
+		return probe.Result{}, err
 	}
-	res := Result{Latency: time.Millisecond}
+	res := probe.Result{Latency: time.Millisecond}
 	if t.CheckURL != "" {
 		if ip, ok := f.egress[t.Address]; ok {
 			res.EgressIP = ip

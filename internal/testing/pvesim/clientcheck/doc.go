@@ -3,5 +3,5 @@
 // wrote. It is a separate module (its own go.mod) so that the client stays a
 // dependency of this check only, not of the operator:
 //
-//	cd internal/pvesim/clientcheck && go test ./...
+//	cd internal/testing/pvesim/clientcheck && go test ./...
 package clientcheck

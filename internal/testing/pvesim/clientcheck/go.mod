@@ -1,4 +1,4 @@
-module github.com/egress-proxies/egress-proxies-operator/internal/pvesim/clientcheck
+module github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/clientcheck
 
 go 1.26.0
 
@@ -19,4 +19,4 @@ require (
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/egress-proxies/egress-proxies-operator => ../../..
+replace github.com/egress-proxies/egress-proxies-operator => ../../../..

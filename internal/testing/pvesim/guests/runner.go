@@ -15,9 +15,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/cloudinitparse"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/nocloudread"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // DefaultDrain is how long a stopping guest lets open requests finish.

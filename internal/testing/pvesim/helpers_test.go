@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
 // Test tokens: obviously fake secrets.
@@ -24,18 +26,13 @@ const (
 )
 
 // rolePrivs is the F17 role (setup facts in docs/proxmox-behaviour.md) on "/": everything but Datastore.Allocate.
-var rolePrivs = []string{
-	"VM.Allocate", "VM.Clone", "VM.Config.Disk", "VM.Config.CPU", "VM.Config.Memory",
-	"VM.Config.Network", "VM.Config.Options", "VM.Config.CDROM", "VM.PowerMgmt",
-	"VM.Monitor", "VM.GuestAgent.Audit", "VM.Audit", "Datastore.AllocateSpace",
-	"Datastore.AllocateTemplate", "Datastore.Audit", "SDN.Use", "Sys.Audit",
-}
+var rolePrivs = proxmox.RootPrivileges
 
 // testConfig is a 3-node cluster with a good template (9000), a template
 // with a cloud-init drive (9001) and a container (500).
 func testConfig() Config {
 	no := false
-	seedRole := []string{"Datastore.Allocate", "Datastore.AllocateTemplate", "Datastore.AllocateSpace", "Datastore.Audit"}
+	seedRole := proxmox.SeedStoragePrivileges
 	return Config{
 		Nodes: []NodeConfig{{Name: "pve1"}, {Name: "pve2"}, {Name: "pve3"}},
 		Storages: []StorageConfig{

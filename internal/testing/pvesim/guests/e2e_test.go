@@ -17,11 +17,12 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
-const clusterYAML = `
+var clusterYAML = `
 speed: 1000
 nodes: [{name: pve1}]
 storages:
@@ -40,9 +41,7 @@ tokens:
     secret: "9e575000-0000-4000-8000-0000000000e2"
     acl:
       - path: /
-        privileges: [VM.Allocate, VM.Clone, VM.Config.Disk, VM.Config.CPU, VM.Config.Memory, VM.Config.Network,
-          VM.Config.Options, VM.Config.CDROM, VM.PowerMgmt, VM.Monitor, VM.GuestAgent.Audit, VM.Audit,
-          Datastore.Allocate, Datastore.AllocateSpace, Datastore.AllocateTemplate, Datastore.Audit, SDN.Use, Sys.Audit]
+        privileges: ` + proxmox.PrivilegesYAML(append([]string{"Datastore.Allocate"}, proxmox.RootPrivileges...)) + `
 `
 
 // api is a minimal Proxmox API client for this test: the provider's own

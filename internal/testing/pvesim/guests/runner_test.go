@@ -15,8 +15,8 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
-	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim/guests"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
 )
 
 // writeSeed renders user-data as the operator does, packs it into a NoCloud

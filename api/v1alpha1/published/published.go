@@ -1,0 +1,57 @@
+package published
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Keys of a Proxy's credentials Secret (status.credentialsSecretName), a
+// Secret of type kubernetes.io/basic-auth.
+const (
+	CredentialsKeyUsername = "username"
+	CredentialsKeyPassword = "password"
+	// CredentialsKeyURL holds the ready-to-use URL with the credentials,
+	// once the proxy's address is known.
+	CredentialsKeyURL = "url"
+)
+
+// Keys of a pool's published list, in the Secret ListName(pool) (URLs with
+// credentials) and the ConfigMap of the same name (without).
+const (
+	// ListKeyText is proxies.txt: one URL a line.
+	ListKeyText = "proxies.txt"
+	// ListKeyJSON is proxies.json: a JSON array of ListEntry.
+	ListKeyJSON = "proxies.json"
+)
+
+// ListName is the name of a pool's published Secret and ConfigMap.
+func ListName(pool string) string { return pool + "-proxies" }
+
+// ListEntry is one element of proxies.json. A reader computes a member's age
+// from Created: an age field would change the list every second and wake
+// every reader for nothing.
+type ListEntry struct {
+	// Name is the member Proxy.
+	Name string `json:"name"`
+	// URL is http://user:password@address:port in the Secret, and
+	// http://address:port in the ConfigMap.
+	URL string `json:"url"`
+	// Provider and Zone are where the member runs.
+	Provider string `json:"provider"`
+	Zone     string `json:"zone"`
+	// EgressIP is the address the world sees, when the probe has a check
+	// URL.
+	EgressIP string `json:"egressIP,omitempty"`
+	// Created is when the member was created.
+	Created time.Time `json:"created"`
+}
+
+// ProxyURL is the URL of a proxy at address and port: http://address:port,
+// with user (nil for none) as its userinfo. The status's url, the
+// credentials Secret's url and the published lists are all written by it.
+func ProxyURL(address string, port int32, user *url.Userinfo) string {
+	u := url.URL{Scheme: "http", User: user, Host: net.JoinHostPort(address, strconv.Itoa(int(port)))}
+	return u.String()
+}

@@ -1,0 +1,166 @@
+package archtest
+
+import (
+	"bufio"
+	"bytes"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/egress-proxies/egress-proxies-operator/"
+
+// layer is one row of the table of docs/architecture.md ("Layers").
+type layer struct {
+	name string
+	// match says whether a package (its path inside the module) is of the
+	// layer. Rows are tried in order; the first that matches wins.
+	match func(pkg string) bool
+	// imports are the layers its packages may import, its own included
+	// where they may import each other.
+	imports []string
+}
+
+func prefix(ps ...string) func(string) bool {
+	return func(pkg string) bool {
+		for _, p := range ps {
+			if pkg == p || strings.HasPrefix(pkg, p+"/") {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func exact(ps ...string) func(string) bool {
+	return func(pkg string) bool { return slices.Contains(ps, pkg) }
+}
+
+// testSupport is code that exists for tests: the test worlds, the
+// end-to-end suites, the contract suite and other *test packages, the
+// developer tools under hack/ and the simulator's command. It may import
+// anything; nothing of the product may import it.
+func testSupport(pkg string) bool {
+	return prefix("internal/testing", "internal/e2e", "internal/archtest", "internal/manifests", "hack", "cmd/pvesim")(pkg) ||
+		strings.HasSuffix(pkg, "test") // providertest, ownershiptest
+}
+
+// layers is the table, lowest first.
+var layers = []layer{
+	{name: "test support", match: testSupport,
+		imports: []string{"test support", "api", "base", "provider", "provider types", "controller", "setup"}},
+	{name: "api", match: prefix("api")},
+	{name: "base", match: exact(
+		"internal/config", "internal/keyedlock", "internal/sharedread", "internal/ownership",
+		"internal/nocloud", "internal/cloudinit", "internal/forwardproxy", "internal/egress",
+		"internal/probe", "internal/metrics", "internal/tracing", "internal/gateway"),
+		imports: []string{"api", "base"}},
+	{name: "provider", match: exact("internal/provider"), imports: []string{"api", "base"}},
+	{name: "provider types", match: prefix("internal/provider"), imports: []string{"api", "base", "provider"}},
+	{name: "controller", match: prefix("internal/controller"), imports: []string{"api", "base", "provider"}},
+	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "provider", "provider types", "controller"}},
+	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "provider", "provider types", "controller", "setup"}},
+}
+
+func layerOf(pkg string) (layer, bool) {
+	for _, l := range layers {
+		if l.match(pkg) {
+			return l, true
+		}
+	}
+	return layer{}, false
+}
+
+// graph returns every package of the module with the module's packages its
+// non-test files import, by path inside the module.
+func graph(t *testing.T) map[string][]string {
+	t.Helper()
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(goCmd, "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...") //nolint:gosec // G204: the go command of this toolchain on this module.
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	g := map[string][]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		pkg := strings.TrimPrefix(f[0], module)
+		g[pkg] = []string{}
+		for _, imp := range f[1:] {
+			if rest, ok := strings.CutPrefix(imp, module); ok {
+				g[pkg] = append(g[pkg], rest)
+			}
+		}
+	}
+	return g
+}
+
+// check returns one line per import that breaks the table, and per
+// package the table does not place.
+func check(g map[string][]string) []string {
+	var bad []string
+	for _, pkg := range slices.Sorted(maps.Keys(g)) {
+		l, ok := layerOf(pkg)
+		if !ok {
+			bad = append(bad, pkg+": in no layer; place it in the table of docs/architecture.md and of this test")
+			continue
+		}
+		for _, imp := range g[pkg] {
+			il, ok := layerOf(imp)
+			if !ok {
+				continue // reported as a package of its own
+			}
+			if il.name == "test support" && l.name != "test support" {
+				bad = append(bad, pkg+" ("+l.name+") imports test support "+imp)
+				continue
+			}
+			if il.name != "test support" && l.name != "test support" && !slices.Contains(l.imports, il.name) {
+				bad = append(bad, pkg+" ("+l.name+") imports "+imp+" ("+il.name+"), which is not below it")
+			}
+		}
+	}
+	return bad
+}
+
+// TestLayers: the module's import graph keeps the table.
+func TestLayers(t *testing.T) {
+	if bad := check(graph(t)); len(bad) > 0 {
+		t.Errorf("the import graph breaks the layers of docs/architecture.md:\n  %s", strings.Join(bad, "\n  "))
+	}
+}
+
+// TestCheckCatches: the check refuses what it is there to refuse, so that a
+// table that let everything through would fail here.
+func TestCheckCatches(t *testing.T) {
+	tests := []struct {
+		reason string
+		g      map[string][]string
+		want   int
+	}{
+		{reason: "a product package importing test support", g: map[string][]string{
+			"internal/controller": {"internal/testing/poll"}, "internal/testing/poll": {}}, want: 1},
+		{reason: "a provider type importing the controller", g: map[string][]string{
+			"internal/provider/proxmox": {"internal/controller"}, "internal/controller": {}}, want: 1},
+		{reason: "the controller importing a provider type", g: map[string][]string{
+			"internal/controller": {"internal/provider/proxmox"}, "internal/provider/proxmox": {}}, want: 1},
+		{reason: "the provider contract importing the base is fine", g: map[string][]string{
+			"internal/provider": {"internal/config"}, "internal/config": {}}, want: 0},
+		{reason: "test support importing the product is fine", g: map[string][]string{
+			"internal/testing/pvelab": {"internal/setup"}, "internal/setup": {}}, want: 0},
+		{reason: "a package in no layer", g: map[string][]string{"internal/newthing": {}}, want: 1},
+	}
+	for _, tc := range tests {
+		if got := check(tc.g); len(got) != tc.want {
+			t.Errorf("check() = %q, want %d problems (%s)", got, tc.want, tc.reason)
+		}
+	}
+}
