@@ -75,16 +75,37 @@ func connectPortLines(ranges []egress.PortRange) ([]int, error) {
 
 // NftablesRules returns the nftables ruleset that enforces e in a guest: for
 // packets sent by the tinyproxy user that open connections (the answer path
-// to its clients, ct direction reply, stays open), DenyCIDRs are rejected,
-// then AllowCIDRs accepted, then the built-in deny list rejected, as the Go
-// forward proxy decides. DNS over UDP stays open, since resolvers often sit
-// on loopback or a private address, and tinyproxy never sends UDP for its
-// clients. The kernel checks the address actually connected to, whatever a
-// name resolved to.
+// to its clients, ct direction reply, stays open), the Go forward proxy's
+// decision (egress.Decider.Addr). DenyCIDRs are rejected, then AllowCIDRs
+// accepted, then the built-in deny list rejected; an IPv6 address that
+// embeds an IPv4 one (NAT64, 6to4) is rejected as well when the IPv4
+// address is, which the rule on the "embedded" sets checks before any
+// allow rule can accept the IPv6 address. DNS over UDP stays open, since
+// resolvers often sit on loopback or a private address, and tinyproxy
+// never sends UDP for its clients. The kernel checks the address actually
+// connected to, whatever a name resolved to.
 func NftablesRules(e egress.Policy) string {
 	var defaults []netip.Prefix
 	for _, d := range egress.DefaultDeniedRanges {
 		defaults = append(defaults, d.Prefix)
+	}
+	// The images of the deny ranges are rejected outright; those of the
+	// built-in ranges when they are not images of allowed ranges.
+	deny4, deny6 := split(e.DenyCIDRs)
+	allow4, allow6 := split(e.AllowCIDRs)
+	builtin4, builtin6 := split(defaults)
+	sets := []struct {
+		name, typ string
+		elems     []string
+	}{
+		{"deny4", "ipv4_addr", deny4},
+		{"deny6", "ipv6_addr", append(deny6, images(e.DenyCIDRs)...)},
+		{"allow4", "ipv4_addr", allow4},
+		{"allow6", "ipv6_addr", allow6},
+		{"allowembedded", "ipv6_addr", images(e.AllowCIDRs)},
+		{"builtin4", "ipv4_addr", builtin4},
+		{"builtin6", "ipv6_addr", builtin6},
+		{"builtinembedded", "ipv6_addr", images(defaults)},
 	}
 	var b strings.Builder
 	b.WriteString("#!/usr/sbin/nft -f\n")
@@ -93,62 +114,65 @@ func NftablesRules(e egress.Policy) string {
 	// too, so that loading the file again replaces the rules.
 	b.WriteString("table inet egress_proxy {}\ndelete table inet egress_proxy\n")
 	b.WriteString("table inet egress_proxy {\n")
-	writeSets(&b, "deny", e.DenyCIDRs)
-	writeSets(&b, "allow", e.AllowCIDRs)
-	writeSets(&b, "builtin", defaults)
+	has := map[string]bool{}
+	for _, s := range sets {
+		if len(s.elems) == 0 {
+			continue
+		}
+		has[s.name] = true
+		// auto-merge: overlapping ranges (an allow range inside another)
+		// are accepted rather than refused.
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n\t\tflags interval\n\t\tauto-merge\n\t\telements = { %s }\n\t}\n",
+			s.name, s.typ, strings.Join(s.elems, ", "))
+	}
+	const reject = "reject with icmpx type admin-prohibited"
 	b.WriteString("\tchain output {\n")
 	b.WriteString("\t\ttype filter hook output priority filter; policy accept;\n")
 	b.WriteString("\t\tmeta skuid != \"tinyproxy\" accept\n")
 	b.WriteString("\t\tct direction reply accept\n")
 	b.WriteString("\t\tudp dport 53 accept\n")
-	writeRules(&b, "deny", e.DenyCIDRs, "reject with icmpx type admin-prohibited")
-	writeRules(&b, "allow", e.AllowCIDRs, "accept")
-	writeRules(&b, "builtin", defaults, "reject with icmpx type admin-prohibited")
+	rule := func(set, match, verdict string) {
+		if has[set] {
+			fmt.Fprintf(&b, "\t\t%s @%s %s\n", match, set, verdict)
+		}
+	}
+	rule("deny4", "ip daddr", reject)
+	rule("deny6", "ip6 daddr", reject)
+	if has["allowembedded"] {
+		rule("builtinembedded", "ip6 daddr", "ip6 daddr != @allowembedded "+reject)
+	} else {
+		rule("builtinembedded", "ip6 daddr", reject)
+	}
+	rule("allow4", "ip daddr", "accept")
+	rule("allow6", "ip6 daddr", "accept")
+	rule("builtin4", "ip daddr", reject)
+	rule("builtin6", "ip6 daddr", reject)
 	b.WriteString("\t}\n}\n")
 	return b.String()
 }
 
 // split returns the IPv4 ranges and the IPv6 ones of ps, IPv4-mapped ones
-// as IPv4. The IPv6 list also holds each IPv4 range's image in the NAT64
-// prefix egress.NAT64, which a NAT64 gateway would translate to it.
+// as IPv4.
 func split(ps []netip.Prefix) (v4, v6 []string) {
 	for _, p := range ps {
 		p = egress.Normalize(p)
-		if !p.Addr().Is4() {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.String())
+		} else {
 			v6 = append(v6, p.String())
-			continue
 		}
-		v4 = append(v4, p.String())
-		b := egress.NAT64.Addr().As16()
-		a4 := p.Addr().As4()
-		copy(b[12:], a4[:])
-		v6 = append(v6, netip.PrefixFrom(netip.AddrFrom16(b), 96+p.Bits()).String())
 	}
 	return v4, v6
 }
 
-func writeSets(b *strings.Builder, name string, ps []netip.Prefix) {
-	v4, v6 := split(ps)
-	for _, s := range []struct {
-		family, typ string
-		elems       []string
-	}{{"4", "ipv4_addr", v4}, {"6", "ipv6_addr", v6}} {
-		if len(s.elems) == 0 {
-			continue
+// images returns the IPv6 ranges that lead to the IPv4 ranges of ps
+// (egress.IPv6Images): their NAT64 and 6to4 addresses.
+func images(ps []netip.Prefix) []string {
+	var out []string
+	for _, p := range ps {
+		for _, img := range egress.IPv6Images(p) {
+			out = append(out, img.String())
 		}
-		// auto-merge: overlapping ranges (the NAT64 images, an allow
-		// range inside another) are accepted rather than refused.
-		fmt.Fprintf(b, "\tset %s%s {\n\t\ttype %s\n\t\tflags interval\n\t\tauto-merge\n\t\telements = { %s }\n\t}\n",
-			name, s.family, s.typ, strings.Join(s.elems, ", "))
 	}
-}
-
-func writeRules(b *strings.Builder, name string, ps []netip.Prefix, verdict string) {
-	v4, v6 := split(ps)
-	if len(v4) > 0 {
-		fmt.Fprintf(b, "\t\tip daddr @%s4 %s\n", name, verdict)
-	}
-	if len(v6) > 0 {
-		fmt.Fprintf(b, "\t\tip6 daddr @%s6 %s\n", name, verdict)
-	}
+	return out
 }

@@ -79,7 +79,7 @@ func TestNftablesRules(t *testing.T) {
 		{
 			name:      "default",
 			reason:    "the built-in list is refused to the tinyproxy user; other users and the answer path are untouched",
-			wantRules: append(head, "ip daddr @builtin4 "+reject, "ip6 daddr @builtin6 "+reject),
+			wantRules: append(head, "ip6 daddr @builtinembedded "+reject, "ip daddr @builtin4 "+reject, "ip6 daddr @builtin6 "+reject),
 		},
 		{
 			name:   "widened and narrowed",
@@ -90,13 +90,15 @@ func TestNftablesRules(t *testing.T) {
 			},
 			wantRules: append(head,
 				"ip daddr @deny4 "+reject, "ip6 daddr @deny6 "+reject,
-				"ip daddr @allow4 accept", "ip6 daddr @allow6 accept",
+				"ip6 daddr @builtinembedded ip6 daddr != @allowembedded "+reject,
+				"ip daddr @allow4 accept",
 				"ip daddr @builtin4 "+reject, "ip6 daddr @builtin6 "+reject),
 			wantSets: map[string][]string{
-				"deny4":  {"203.0.113.0/24"},
-				"deny6":  {"64:ff9b::cb00:7100/120", "2001:db8::/32"},
-				"allow4": {"127.0.0.0/8"},
-				"allow6": {"64:ff9b::7f00:0/104"},
+				"deny4":         {"203.0.113.0/24"},
+				"deny6":         {"2001:db8::/32", "64:ff9b::cb00:7100/120", "2002:cb00:7100::/40"},
+				"allow4":        {"127.0.0.0/8"},
+				"allow6":        nil,
+				"allowembedded": {"64:ff9b::7f00:0/104", "2002:7f00::/24"},
 			},
 		},
 		{
@@ -104,7 +106,7 @@ func TestNftablesRules(t *testing.T) {
 			reason: "an IPv4-mapped range is written as IPv4, which is what the kernel sees",
 			policy: egress.Policy{DenyCIDRs: []netip.Prefix{netip.MustParsePrefix("::ffff:203.0.113.0/120")}},
 			wantRules: append(head, "ip daddr @deny4 "+reject, "ip6 daddr @deny6 "+reject,
-				"ip daddr @builtin4 "+reject, "ip6 daddr @builtin6 "+reject),
+				"ip6 daddr @builtinembedded "+reject, "ip daddr @builtin4 "+reject, "ip6 daddr @builtin6 "+reject),
 			wantSets: map[string][]string{"deny4": {"203.0.113.0/24"}},
 		},
 	} {
@@ -120,8 +122,11 @@ func TestNftablesRules(t *testing.T) {
 			}
 			// The built-in list is complete in every ruleset, NAT64
 			// images included.
-			builtin := strings.Join(append(setElements(rules, "builtin4"), setElements(rules, "builtin6")...), " ")
-			for _, want := range []string{"127.0.0.0/8", "169.254.0.0/16", "100.64.0.0/10", "fc00::/7", "fe80::/10", "::1/128", "64:ff9b::a9fe:0/112"} {
+			builtin := strings.Join(slices.Concat(setElements(rules, "builtin4"), setElements(rules, "builtin6"), setElements(rules, "builtinembedded")), " ")
+			for _, want := range []string{
+				"127.0.0.0/8", "169.254.0.0/16", "100.64.0.0/10", "fc00::/7", "fe80::/10", "::1/128", "64:ff9b::a9fe:0/112",
+				"198.51.100.0/24", "2001:db8::/32", "3fff::/20", "2002::/16", "2001::/32", "64:ff9b:1::/48", "2002:a9fe::/32",
+			} {
 				if !strings.Contains(builtin, want) {
 					t.Errorf("the built-in sets lack %s:\n%s", want, rules)
 				}
@@ -165,23 +170,41 @@ func TestEgressCasesAreRendered(t *testing.T) {
 	}
 }
 
-// nftRefuses evaluates the output chain of rules for a connection to ip.
+// nftRefuses evaluates the output chain of rules for a connection to ip:
+// a rule is daddr matches ("ip6 daddr @set" or "ip6 daddr != @set"), all
+// of which must hold, and then its verdict.
 func nftRefuses(t *testing.T, rules string, ip netip.Addr) bool {
 	t.Helper()
 	ip = ip.Unmap()
-	family := "ip6 daddr @"
+	family := "ip6 daddr "
 	if ip.Is4() {
-		family = "ip daddr @"
+		family = "ip daddr "
 	}
-	for _, rule := range chainRules(rules) {
-		set, verdict, ok := strings.Cut(strings.TrimPrefix(rule, family), " ")
-		if !ok || !strings.HasPrefix(rule, family) {
-			continue
-		}
+	inSet := func(set string) bool {
 		for _, e := range setElements(rules, set) {
 			if netip.MustParsePrefix(e).Contains(ip) {
-				return verdict != "accept"
+				return true
 			}
+		}
+		return false
+	}
+	for _, rule := range chainRules(rules) {
+		if !strings.HasPrefix(rule, family) {
+			continue
+		}
+		matches := true
+		for strings.HasPrefix(rule, family) {
+			rule = strings.TrimPrefix(rule, family)
+			negated := strings.HasPrefix(rule, "!= ")
+			rule = strings.TrimPrefix(rule, "!= ")
+			set, rest, _ := strings.Cut(strings.TrimPrefix(rule, "@"), " ")
+			if inSet(set) == negated {
+				matches = false
+			}
+			rule = rest
+		}
+		if matches {
+			return rule != "accept"
 		}
 	}
 	return false

@@ -29,8 +29,9 @@ func Cases() []Case {
 	addr := netip.MustParseAddr
 	pfx := func(s string) []netip.Prefix { return []netip.Prefix{netip.MustParsePrefix(s)} }
 	return []Case{
-		{Name: "public v4", Reason: "the Internet is what a crawler proxy is for", Addr: addr("198.51.100.7")},
-		{Name: "public v6", Reason: "IPv6 destinations outside the reserved ranges are allowed", Addr: addr("2001:db8::7")},
+		// Public addresses here are only decided, never dialled.
+		{Name: "public v4", Reason: "the Internet is what a crawler proxy is for", Addr: addr("8.8.8.8")},
+		{Name: "public v6", Reason: "IPv6 destinations outside the reserved ranges are allowed", Addr: addr("2606:4700::1111")},
 		{Name: "loopback", Reason: "the proxy's own host is never a destination by default", Addr: addr("127.0.0.1"), Denied: "loopback"},
 		{Name: "loopback v6", Reason: "::1 is loopback too", Addr: addr("::1"), Denied: "loopback"},
 		{Name: "metadata", Reason: "the cloud metadata service hands out credentials", Addr: addr("169.254.169.254"), Denied: "link-local"},
@@ -44,7 +45,47 @@ func Cases() []Case {
 		{Name: "broadcast", Reason: "255.255.255.255", Addr: addr("255.255.255.255"), Denied: "reserved"},
 		{Name: "mapped", Reason: "an IPv4-mapped IPv6 address is decided as the IPv4 address", Addr: addr("::ffff:127.0.0.1"), Denied: "loopback"},
 		{Name: "NAT64", Reason: "64:ff9b::/96 reaches the embedded IPv4 address through a NAT64 gateway", Addr: addr("64:ff9b::a9fe:a9fe"), Denied: "link-local"},
-		{Name: "NAT64 public", Reason: "a NAT64 address of a public IPv4 address is fine", Addr: addr("64:ff9b::c633:6407")},
+		{Name: "NAT64 public", Reason: "a NAT64 address of a public IPv4 address is fine", Addr: addr("64:ff9b::808:808")},
+		{
+			Name: "NAT64 reopened", Reason: "reopening the NAT64 prefix does not reopen the private IPv4 addresses behind it",
+			Policy: Policy{AllowCIDRs: pfx("64:ff9b::/96")}, Addr: addr("64:ff9b::a00:1"), Denied: "private",
+		},
+		{
+			Name: "allowed NAT64", Reason: "an allowed IPv4 range is allowed through NAT64 too",
+			Policy: Policy{AllowCIDRs: loopback}, Addr: addr("64:ff9b::7f00:1"),
+		},
+		{Name: "local NAT64", Reason: "64:ff9b:1::/48 is translated however the site's own NAT64 says, to anywhere", Addr: addr("64:ff9b:1::a00:1"), Denied: "local-nat64"},
+		{Name: "6to4", Reason: "2002::/16 is deprecated and wraps packets to the IPv4 address it embeds", Addr: addr("2002:808:808::1"), Denied: "6to4"},
+		{
+			Name: "6to4 reopened", Reason: "allowCIDRs can reopen 6to4 for public IPv4 addresses",
+			Policy: Policy{AllowCIDRs: pfx("2002::/16")}, Addr: addr("2002:808:808::1"),
+		},
+		{
+			Name: "6to4 reopened inside", Reason: "the IPv4 address inside a 6to4 address is decided as IPv4 even where 6to4 is reopened",
+			Policy: Policy{AllowCIDRs: pfx("2002::/16")}, Addr: addr("2002:a9fe:a9fe::1"), Denied: "link-local",
+		},
+		{
+			Name: "6to4 of an allowed range", Reason: "allowing an IPv4 range does not reopen 6to4 itself",
+			Policy: Policy{AllowCIDRs: loopback}, Addr: addr("2002:7f00:1::1"), Denied: "6to4",
+		},
+		{
+			Name: "deny 6to4", Reason: "a deny range holds the 6to4 image of its addresses too",
+			Policy: Policy{AllowCIDRs: pfx("2002::/16"), DenyCIDRs: pfx("9.9.9.0/24")}, Addr: addr("2002:909:909::1"), Denied: ReasonDenyList,
+		},
+		{Name: "Teredo", Reason: "2001::/32 tunnels to a server's and an obfuscated client's IPv4 address", Addr: addr("2001:0:4136:e378:8000:63bf:3fff:fdd2"), Denied: "teredo"},
+		{
+			Name: "Teredo reopened", Reason: "Teredo is reopened whole: its client address is not a range the guests' rules could hold",
+			Policy: Policy{AllowCIDRs: pfx("2001::/32")}, Addr: addr("2001:0:4136:e378:8000:63bf:3fff:fdd2"),
+		},
+		{Name: "TEST-NET-1", Reason: "documentation addresses are nobody's servers", Addr: addr("192.0.2.1"), Denied: "documentation"},
+		{Name: "TEST-NET-2", Reason: "documentation addresses are nobody's servers", Addr: addr("198.51.100.7"), Denied: "documentation"},
+		{Name: "TEST-NET-3", Reason: "documentation addresses are nobody's servers", Addr: addr("203.0.113.9"), Denied: "documentation"},
+		{Name: "documentation v6", Reason: "2001:db8::/32 is documentation", Addr: addr("2001:db8::7"), Denied: "documentation"},
+		{Name: "documentation 3fff", Reason: "3fff::/20 is documentation too (RFC 9637)", Addr: addr("3fff:fff::1"), Denied: "documentation"},
+		{
+			Name: "documentation opted in", Reason: "a test world that serves on documentation addresses opts in with allowCIDRs",
+			Policy: Policy{AllowCIDRs: pfx("198.51.100.0/24")}, Addr: addr("198.51.100.7"),
+		},
 		{Name: "allowed", Reason: "allowCIDRs reopen a built-in range", Policy: Policy{AllowCIDRs: loopback}, Addr: addr("127.0.0.1")},
 		{Name: "allowed elsewhere", Reason: "allowCIDRs reopen only what they name", Policy: Policy{AllowCIDRs: loopback}, Addr: addr("169.254.169.254"), Denied: "link-local"},
 		{
@@ -53,15 +94,15 @@ func Cases() []Case {
 		},
 		{
 			Name: "deny public", Reason: "denyCIDRs add ranges, such as a cluster's public Service range",
-			Policy: Policy{DenyCIDRs: pfx("203.0.113.0/24")}, Addr: addr("203.0.113.9"), Denied: ReasonDenyList,
+			Policy: Policy{DenyCIDRs: pfx("9.9.9.0/24")}, Addr: addr("9.9.9.9"), Denied: ReasonDenyList,
 		},
 		{
 			Name: "deny mapped", Reason: "a deny range written as IPv4-mapped IPv6 still matches the IPv4 address",
-			Policy: Policy{DenyCIDRs: pfx("::ffff:203.0.113.0/120")}, Addr: addr("203.0.113.9"), Denied: ReasonDenyList,
+			Policy: Policy{DenyCIDRs: pfx("::ffff:9.9.9.0/120")}, Addr: addr("9.9.9.9"), Denied: ReasonDenyList,
 		},
 		{
 			Name: "deny NAT64", Reason: "a deny range holds the NAT64 image of its addresses too",
-			Policy: Policy{DenyCIDRs: pfx("203.0.113.0/24")}, Addr: addr("64:ff9b::cb00:7109"), Denied: ReasonDenyList,
+			Policy: Policy{DenyCIDRs: pfx("9.9.9.0/24")}, Addr: addr("64:ff9b::909:909"), Denied: ReasonDenyList,
 		},
 		{
 			Name: "allow v6 private", Reason: "allowCIDRs reopen IPv6 ranges as well",

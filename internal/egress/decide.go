@@ -23,15 +23,15 @@ func NewDecider(p Policy) *Decider {
 
 // Addr returns why ip may not be reached, a DeniedRange's Reason or
 // ReasonDenyList, or "" when it may. An IPv4-mapped address is decided as
-// its IPv4 address, and a NAT64 address as the IPv4 address it embeds too.
+// its IPv4 address; a NAT64 or 6to4 address must pass both as itself and
+// as the IPv4 address it embeds (EmbeddedIPv4).
 func (d *Decider) Addr(ip netip.Addr) string {
 	ip = ip.Unmap().WithZone("")
 	if reason := d.addr(ip); reason != "" {
 		return reason
 	}
-	if NAT64.Contains(ip) {
-		b := ip.As16()
-		return d.addr(netip.AddrFrom4([4]byte(b[12:])))
+	if v4, ok := EmbeddedIPv4(ip); ok {
+		return d.addr(v4)
 	}
 	return ""
 }

@@ -46,22 +46,87 @@ var DefaultDeniedRanges = []DeniedRange{
 	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
 	{netip.MustParsePrefix("172.16.0.0/12"), "private"},
 	{netip.MustParsePrefix("192.0.0.0/24"), "reserved"},
+	{netip.MustParsePrefix("192.0.2.0/24"), "documentation"}, // TEST-NET-1
 	{netip.MustParsePrefix("192.168.0.0/16"), "private"},
 	{netip.MustParsePrefix("198.18.0.0/15"), "reserved"},
+	{netip.MustParsePrefix("198.51.100.0/24"), "documentation"}, // TEST-NET-2
+	{netip.MustParsePrefix("203.0.113.0/24"), "documentation"},  // TEST-NET-3
 	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"}, // 255.255.255.255 (broadcast) included
 	{netip.MustParsePrefix("::1/128"), "loopback"},
-	{netip.MustParsePrefix("::/96"), "unspecified"}, // ::, and the obsolete IPv4-compatible form
+	{netip.MustParsePrefix("::/96"), "unspecified"},          // ::, and the obsolete IPv4-compatible form
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-nat64"}, // translated as the site's own NAT64 decides, to anywhere
 	{netip.MustParsePrefix("100::/64"), "reserved"},
+	{netip.MustParsePrefix("2001::/32"), "teredo"}, // denied whole: see Teredo
+	{netip.MustParsePrefix("2001:db8::/32"), "documentation"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
+	{netip.MustParsePrefix("3fff::/20"), "documentation"},
 	{netip.MustParsePrefix("fc00::/7"), "private"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},
 	{netip.MustParsePrefix("fec0::/10"), "link-local"}, // deprecated site-local
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
 }
 
-// NAT64 is the well-known NAT64 prefix: its last 32 bits are an IPv4
-// address that a NAT64 gateway reaches, so they are decided as IPv4.
-var NAT64 = netip.MustParsePrefix("64:ff9b::/96")
+// IPv6 prefixes whose addresses lead to an IPv4 address: a gateway or a
+// tunnel sends the packet on to it.
+var (
+	// NAT64 is the well-known NAT64 prefix: its last 32 bits are an IPv4
+	// address that a NAT64 gateway reaches, so they are decided as IPv4.
+	// The prefix itself is not denied: IPv6-only clusters reach the IPv4
+	// Internet through it.
+	NAT64 = netip.MustParsePrefix("64:ff9b::/96")
+	// SixToFour is 6to4's prefix (RFC 3056): bits 16 to 48 are the IPv4
+	// address of the site's 6to4 router, which a host with a 6to4 route
+	// sends the packet to, wrapped in IPv4. The prefix is denied by
+	// default (6to4 is deprecated, RFC 7526); where allowCIDRs reopen it,
+	// the embedded address is still decided as IPv4.
+	SixToFour = netip.MustParsePrefix("2002::/16")
+	// Teredo is Teredo's prefix (RFC 4380): bits 32 to 64 are a server's
+	// IPv4 address and the last 32 bits, inverted, the client's. It is
+	// denied whole, and reopened whole by allowCIDRs: the client's address
+	// is not a range of IPv6 addresses (the port lies between), so the
+	// guests' nftables sets could not decide it the way the Go proxy
+	// would. An administrator who reopens it reopens every IPv4 address
+	// behind it.
+	Teredo = netip.MustParsePrefix("2001::/32")
+)
+
+// embeddings are the prefixes whose embedded IPv4 address is decided as
+// IPv4, and the byte it starts at.
+var embeddings = []struct {
+	prefix netip.Prefix
+	at     int
+}{{NAT64, 12}, {SixToFour, 2}}
+
+// EmbeddedIPv4 returns the IPv4 address that ip leads to through NAT64 or
+// 6to4, and false for any other address.
+func EmbeddedIPv4(ip netip.Addr) (netip.Addr, bool) {
+	for _, e := range embeddings {
+		if e.prefix.Contains(ip) {
+			b := ip.As16()
+			return netip.AddrFrom4([4]byte(b[e.at : e.at+4])), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// IPv6Images returns the IPv6 ranges whose embedded IPv4 address
+// (EmbeddedIPv4) is in the IPv4 range p: one per prefix that embeds
+// IPv4, or none when p is not IPv4.
+func IPv6Images(p netip.Prefix) []netip.Prefix {
+	p = Normalize(p)
+	if !p.Addr().Is4() {
+		return nil
+	}
+	a4 := p.Addr().As4()
+	out := make([]netip.Prefix, 0, len(embeddings))
+	for _, e := range embeddings {
+		b := e.prefix.Addr().As16()
+		copy(b[e.at:], a4[:])
+		out = append(out, netip.PrefixFrom(netip.AddrFrom16(b), e.at*8+p.Bits()))
+	}
+	return out
+}
 
 // Policy says which destinations a proxy may connect to; it is an entry's
 // `egressPolicy` in the providers configuration, whose administrator owns
@@ -212,7 +277,7 @@ type Flags struct {
 // BindFlags defines the Policy's flags on fs.
 func BindFlags(fs *flag.FlagSet) *Flags {
 	f := &Flags{}
-	fs.StringVar(&f.allow, FlagAllowCIDRs, "", "Comma-separated CIDRs that reopen parts of the built-in deny list of destinations (loopback, link-local, private, CGNAT, multicast, reserved).")
+	fs.StringVar(&f.allow, FlagAllowCIDRs, "", "Comma-separated CIDRs that reopen parts of the built-in deny list of destinations (loopback, link-local, private, CGNAT, multicast, reserved, documentation, 6to4, Teredo, local-use NAT64).")
 	fs.StringVar(&f.deny, FlagDenyCIDRs, "", "Comma-separated CIDRs refused as destinations whatever --"+FlagAllowCIDRs+" say.")
 	fs.StringVar(&f.ports, FlagConnectPorts, FormatPorts(DefaultConnectPorts), "Comma-separated ports or from-to ranges that CONNECT may reach.")
 	return f

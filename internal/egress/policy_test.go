@@ -62,6 +62,7 @@ func lastAddr(p netip.Prefix) netip.Addr {
 }
 
 func TestParsePortRange(t *testing.T) {
+	//nolint:gocritic // mapKey: " 80 - 81 " is a case on purpose, the spaces ParsePortRange trims
 	for in, want := range map[string]*egress.PortRange{
 		"443": {443, 443}, "8000-8999": {8000, 8999}, "1-65535": {1, 65535}, " 80 - 81 ": {80, 81},
 		"0": nil, "65536": nil, "9-8": nil, "": nil, "x": nil, "1-": nil,
@@ -152,5 +153,30 @@ func TestValidate(t *testing.T) {
 	}
 	if err := (egress.Policy{}).Validate(); err != nil {
 		t.Errorf("the default policy is not valid: %v", err)
+	}
+}
+
+// Each IPv6 image of an IPv4 range holds exactly the addresses that embed
+// an address of the range: its first and last addresses lead to the
+// range's, and the addresses just outside it lead elsewhere.
+func TestIPv6Images(t *testing.T) {
+	p := netip.MustParsePrefix("169.254.0.0/16")
+	imgs := egress.IPv6Images(p)
+	if len(imgs) != 2 {
+		t.Fatalf("IPv6Images(%s) = %v, want a NAT64 and a 6to4 range", p, imgs)
+	}
+	for _, img := range imgs {
+		for _, ip := range []netip.Addr{img.Masked().Addr(), lastAddr(img)} {
+			v4, ok := egress.EmbeddedIPv4(ip)
+			if !ok || !p.Contains(v4) {
+				t.Errorf("%s (in %s) embeds %v, %t; want an address of %s", ip, img, v4, ok, p)
+			}
+		}
+		if v4, ok := egress.EmbeddedIPv4(lastAddr(img).Next()); ok && p.Contains(v4) {
+			t.Errorf("%s, past %s, embeds %s of %s", lastAddr(img).Next(), img, v4, p)
+		}
+	}
+	if got := egress.IPv6Images(netip.MustParsePrefix("fd00::/8")); got != nil {
+		t.Errorf("an IPv6 range has images %v", got)
 	}
 }

@@ -97,9 +97,13 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 		return config.Entry{
 			Name: name, Type: typ, Zones: []string{"lab"}, Images: []string{image},
 			MachineTypes: map[string]config.MachineType{machineType: {Name: machineType, Cores: 1, MemoryMiB: 512}},
-			// The lab network is allowed (it is not in the built-in deny
-			// list); one address of it is denied by the administrator.
-			EgressPolicy: egress.Policy{DenyCIDRs: []netip.Prefix{netip.PrefixFrom(deniedOrigin, 32)}},
+			// The lab network is a documentation range, in the built-in
+			// deny list: the test opts in to it, and one address of it is
+			// denied by the administrator (deny wins over allow).
+			EgressPolicy: egress.Policy{
+				AllowCIDRs: []netip.Prefix{l.NetworkCIDR},
+				DenyCIDRs:  []netip.Prefix{netip.PrefixFrom(deniedOrigin, 32)},
+			},
 			Block: &libvirt.Block{
 				Hosts:          []libvirt.Host{{Name: "lab1", Address: host, Port: n, User: l.SSHUser, Zone: "lab"}},
 				PrivateKeyFile: l.PrivateKeyFile,

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
@@ -93,7 +94,10 @@ func TestRealGuestServesProxy(t *testing.T) {
 		username = "lab-user"
 		password = "lab-pass.1234"
 	)
-	userData, err := cloudinit.Render(cloudinit.Proxy{Port: port, Username: username, Password: password})
+	// The lab network is a documentation range, refused by default: the
+	// test opts in to reach its server there.
+	userData, err := cloudinit.Render(cloudinit.Proxy{Port: port, Username: username, Password: password,
+		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{l.NetworkCIDR}}})
 	if err != nil {
 		t.Fatal(err)
 	}
