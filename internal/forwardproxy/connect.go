@@ -274,8 +274,7 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 	case !sourceAddrAllowed(p.ranges, c.RemoteAddr()):
 		x.refuseConn(c, refuseSource)
 		return nil
-	case p.auth != nil && !p.auth.check(h.proxyAuthorization):
-		x.refuseConn(c, refuseAuth)
+	case !p.authorizeConn(&ctx, c, h.proxyAuthorization, x):
 		return nil
 	case !p.acquire():
 		x.refuseConn(c, refuseFull)
@@ -286,7 +285,7 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 		x.refuseConn(c, ref)
 		return nil
 	}
-	upstream, err := p.dial(ctx, "tcp", h.target)
+	upstream, err := p.dialTarget(ctx, h.target)
 	if err != nil {
 		p.release()
 		x.err = err

@@ -41,4 +41,9 @@
 // and served without net/http's per-request machinery; anything else, and
 // every later request on the connection, goes through net/http and
 // ServeHTTP, with the same checks in the same order.
+//
+// With a Config.Upstream, a Proxy reaches no destination itself: the
+// Upstream checks the credentials, forwards plain requests and opens the
+// far end of tunnels (the pool gateway, internal/gateway, chains them to a
+// pool's proxies this way), and everything in front of it stays the same.
 package forwardproxy

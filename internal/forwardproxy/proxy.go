@@ -80,6 +80,10 @@ type Config struct {
 	Metrics *Metrics
 	// Log receives one line per request at V(1).
 	Log logr.Logger
+	// Upstream, when set, forwards requests and opens tunnels in place of
+	// direct dials, and checks credentials in place of Username and
+	// Password (see Upstream).
+	Upstream Upstream
 }
 
 // String describes c without its credentials.
@@ -118,6 +122,7 @@ type Proxy struct {
 	log         logr.Logger
 	transport   *http.Transport
 	forwarder   *httputil.ReverseProxy
+	upstream    Upstream // nil: destinations are dialed directly
 }
 
 // New checks cfg and builds a Proxy.
@@ -128,7 +133,7 @@ func New(cfg Config) (*Proxy, error) {
 	if strings.Contains(cfg.Username, ":") {
 		return nil, errors.New("forwardproxy: the username must not contain a colon (Basic authentication cannot carry it)")
 	}
-	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
+	if cfg.Username == "" && cfg.Upstream == nil && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
 		return nil, errors.New("forwardproxy: refusing to run an open proxy: set credentials or allowed source ranges, or AllowOpen to run one on purpose")
 	}
 	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ResponseHeaderTimeout < 0 || cfg.MaxConcurrent < 0 {
@@ -218,6 +223,7 @@ func New(cfg Config) (*Proxy, error) {
 		FlushInterval: -1,
 		ErrorHandler:  p.upstreamError,
 	}
+	p.useUpstream(cfg.Upstream)
 	return p, nil
 }
 
@@ -307,8 +313,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuseWith(w, refuseSource)
-	case p.auth != nil && !p.auth.check(r.Header.Get("Proxy-Authorization")):
-		x.refuseWith(w, refuseAuth)
+	case !p.authorizeHTTP(w, &r, x):
+		// Refused and answered.
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)
 	case r.Method != http.MethodConnect:
@@ -464,6 +470,9 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 // reached or did not answer: 403 when the egress policy refused it, 504 on
 // a timeout, 502 otherwise.
 func upstreamRefusal(err error) refusal {
+	if re, ok := isRefused(err); ok {
+		return re.refusal()
+	}
 	if d, ok := isDenied(err); ok {
 		return deniedRefusal(d)
 	}
@@ -485,7 +494,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request, x *exchange) *tu
 		x.refuseWith(w, ref)
 		return nil
 	}
-	upstream, err := p.dial(r.Context(), "tcp", target)
+	upstream, err := p.dialTarget(r.Context(), target)
 	if err != nil {
 		x.err = err
 		x.refuseWith(w, upstreamRefusal(err))
