@@ -80,6 +80,11 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 		Data: map[string][]byte{gateway.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The pool writes the ConfigMap after the Secret; the gateway watches it.
+	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	poll.Until(t, proxyWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
 
 	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.gw.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
