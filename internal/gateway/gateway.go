@@ -172,24 +172,34 @@ type credentials struct {
 	userLen    int
 }
 
-// route is what a client's credentials ask of one request or tunnel.
-type route struct{}
-
 type routeKey struct{}
 
-// Authorize implements forwardproxy.Upstream: the gateway's credentials.
+// Authorize implements forwardproxy.Upstream: the gateway's credentials,
+// then the options after the username (see parseOptions). Credentials are
+// checked first, so that a client without them learns nothing of the
+// options.
 func (g *Gateway) Authorize(ctx context.Context, value string) (context.Context, error) {
 	user, pass, ok := parseBasic(value)
+	// The username proper ends at the first dash; options follow.
+	base, opts, hasOpts := strings.Cut(user, "-")
 	if g.auth != nil {
 		if !ok {
 			return ctx, errBadCredentials
 		}
-		u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+		u, p := sha256.Sum256([]byte(base)), sha256.Sum256([]byte(pass))
 		if subtle.ConstantTimeCompare(u[:], g.auth.user[:])&subtle.ConstantTimeCompare(p[:], g.auth.pass[:]) != 1 {
 			return ctx, errBadCredentials
 		}
 	}
-	return context.WithValue(ctx, routeKey{}, &route{}), nil
+	rest := ""
+	if hasOpts {
+		rest = "-" + opts
+	}
+	rt, err := parseOptions(rest)
+	if err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, routeKey{}, rt), nil
 }
 
 var errBadCredentials = errors.New("wrong or missing gateway credentials")
@@ -207,9 +217,14 @@ func parseBasic(value string) (user, pass string, ok bool) {
 	return strings.Cut(string(raw), ":")
 }
 
-// pick chooses the member of one request or tunnel, or refuses it.
-func (g *Gateway) pick(_ *route) (*Member, error) {
-	all := g.members.Members()
+// pick chooses the member of one request or tunnel, or refuses it: among
+// the members the route allows and that sit out no cool-down, the session's
+// place, or the strategy's choice.
+func (g *Gateway) pick(rt *route) (*Member, error) {
+	all, err := rt.restrict(g.members.Members())
+	if err != nil {
+		return nil, err
+	}
 	now := g.now()
 	candidates := make([]*Member, 0, len(all))
 	for _, m := range all {
@@ -220,6 +235,9 @@ func (g *Gateway) pick(_ *route) (*Member, error) {
 	if len(candidates) == 0 {
 		return nil, &forwardproxy.RefusedError{Code: http.StatusServiceUnavailable,
 			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1"}
+	}
+	if rt != nil && rt.session != "" {
+		return place(sessionKey(rt.session, rt.ttl, now), candidates), nil
 	}
 	return g.choose(candidates), nil
 }
@@ -248,6 +266,25 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 // member.
 func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt, _ := req.Context().Value(routeKey{}).(*route)
+	if id := req.Header.Get(SessionHeader); id != "" || len(req.Header.Values(SessionHeader)) > 0 {
+		// The header is the gateway's: it never reaches the destination.
+		if len(req.Header.Values(SessionHeader)) > 1 {
+			return nil, badOption("one %s header at most", SessionHeader)
+		}
+		if err := checkSessionID(id); err != nil {
+			return nil, err
+		}
+		if rt == nil {
+			rt = &route{}
+		}
+		if rt.session == "" {
+			withSession := *rt
+			withSession.session = id
+			rt = &withSession
+		}
+		req = req.Clone(req.Context())
+		req.Header.Del(SessionHeader)
+	}
 	m, err := g.pick(rt)
 	if err != nil {
 		return nil, err

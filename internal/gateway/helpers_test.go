@@ -221,6 +221,19 @@ func ipEcho(t *testing.T) *httptest.Server {
 	return s
 }
 
+// ipEchoWith is ipEcho that shows each request to saw first; it returns
+// the origin's URL.
+func ipEchoWith(t *testing.T, saw func(*http.Request)) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		saw(r)
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		_, _ = io.WriteString(w, host)
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
 // get sends a GET through c and returns the status and the body.
 func get(c *http.Client, u string, header http.Header) (int, string, http.Header, error) {
 	req, err := http.NewRequest(http.MethodGet, u, nil)

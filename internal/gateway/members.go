@@ -85,6 +85,7 @@ type Member struct {
 
 	target memberURL
 	state  *memberState
+	id     uint64 // hash of pool/name, for session placement
 }
 
 // String returns pool/name.
@@ -142,7 +143,7 @@ func (s *Set) Update(pool string, entries []Entry) {
 			st = &memberState{}
 			s.states[key] = st
 		}
-		members = append(members, &Member{Pool: pool, Name: e.Name, Provider: e.Provider, Zone: e.Zone, EgressIP: e.EgressIP, target: target, state: st})
+		members = append(members, &Member{Pool: pool, Name: e.Name, Provider: e.Provider, Zone: e.Zone, EgressIP: e.EgressIP, target: target, state: st, id: hash64(pool + "/" + e.Name)})
 	}
 	if len(members) == 0 {
 		delete(s.pools, pool)
