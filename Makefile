@@ -87,7 +87,7 @@ test-integration-proxmox: ## Real-host Proxmox VE tests (PROXMOX_TEST_URL and co
 FUZZ_TARGETS := ./internal/config:FuzzParse ./internal/controller:FuzzTruncateMessage \
 	./internal/cloudinit:FuzzRender ./internal/provider/proxmox:FuzzMarkRoundTrip \
 	./internal/provider/proxmox:FuzzParseMark ./internal/provider/proxmox:FuzzAPIAnswers \
-	./internal/forwardproxy:FuzzParseConnectHead
+	./internal/forwardproxy:FuzzParseConnectHead ./internal/egress:FuzzCheckOpenSources
 FUZZTIME ?= 10s
 
 .PHONY: fuzz

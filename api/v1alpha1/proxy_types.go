@@ -22,7 +22,7 @@ const (
 // immutable once the Proxy exists: delete and recreate the Proxy to change it.
 //
 // +kubebuilder:validation:XValidation:rule="self.auth != 'None' || (has(self.allowedSourceRanges) && size(self.allowedSourceRanges) > 0)",message="auth None needs allowedSourceRanges: a proxy without authentication must be limited to known source addresses"
-// +kubebuilder:validation:XValidation:rule="self.auth != 'None' || !has(self.allowedSourceRanges) || self.allowedSourceRanges.all(r, !isCIDR(r) || cidr(r).prefixLength() > 0)",message="auth None cannot allow every address (a /0 range such as 0.0.0.0/0 or ::/0): that is an open proxy; use auth Basic or name the clients' networks"
+// +kubebuilder:validation:XValidation:rule="self.auth != 'None' || !has(self.allowedSourceRanges) || self.allowedSourceRanges.all(r, !isCIDR(r) || cidr(r).prefixLength() >= (cidr(r).ip().family() == 4 ? 8 : 32))",message="auth None cannot allow every address: each range must be at least a /8 (IPv4) or a /32 (IPv6), and the operator refuses ranges that together cover more; that would be an open proxy; use auth Basic or name the clients' networks"
 type ProxySpec struct {
 	// provider is the name of an entry in the operator's providers
 	// configuration (a Proxmox VE cluster, a set of libvirt hosts, the
@@ -72,8 +72,9 @@ type ProxySpec struct {
 
 	// allowedSourceRanges lists the CIDRs (for example 203.0.113.0/24 or
 	// 2001:db8::/32) whose clients may use the proxy. Empty means any source,
-	// which is only accepted with auth Basic; so is a /0 range (0.0.0.0/0,
-	// ::/0), which is any source too.
+	// which is only accepted with auth Basic. With auth None the ranges
+	// together may cover at most one IPv4 /8 and one IPv6 /32: admission
+	// refuses a wider range, the operator a wider union.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
@@ -92,9 +93,16 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	if len(pools) == 0 || o.namespace == "" {
 		return errors.New("gateway: --pools and --namespace (or $" + envPodNamespace + ") are required")
 	}
-	ranges, err := parseCIDRs("--allowed-source-ranges", o.allowedRanges)
+	ranges, err := egress.ParsePrefixes(o.allowedRanges)
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return fmt.Errorf("gateway: --allowed-source-ranges: %w", err)
+	}
+	if getenv(envGatewayUsername) == "" && len(ranges) > 0 {
+		// Without credentials the ranges are all that keeps it closed,
+		// with the same bound as a proxy's.
+		if err := egress.CheckOpenSources(ranges); err != nil {
+			return fmt.Errorf("gateway: refusing to run an open gateway: --allowed-source-ranges without credentials: %w", err)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	if err := errors.Join(reg.Register(collectors.NewGoCollector()), reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {

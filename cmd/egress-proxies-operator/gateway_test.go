@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
@@ -34,7 +35,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	}))
 	t.Cleanup(origin.Close)
 	member, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
-		Egress: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +123,7 @@ func TestRunGatewayRefuses(t *testing.T) {
 		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{envPodNamespace: "ns"}},
 		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
 		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{envPodNamespace: "ns"}},
+		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{envPodNamespace: "ns"}},
 	} {
 		err := serveGateway(context.Background(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"), proxyEnv(tc.env), none, logr.Discard(), nil)
 		if err == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -48,9 +49,7 @@ type proxyOptions struct {
 	drain          time.Duration
 	dialTimeout    time.Duration
 	idleTimeout    time.Duration
-	egressAllow    string
-	egressDeny     string
-	connectPorts   string
+	egress         *egress.Flags
 	maxConcurrent  int
 	maxConnections int
 	readHeader     time.Duration
@@ -79,9 +78,8 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long in-flight requests and CONNECT tunnels may go on.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", forwardproxy.DefaultDialTimeout, "Timeout of a dial to an upstream server.")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A CONNECT or upgraded tunnel, or an upstream connection, without traffic for that long is closed.")
-	fs.StringVar(&o.egressAllow, "egress-allow-cidrs", "", "Comma-separated CIDRs that reopen parts of the built-in deny list of destinations (loopback, link-local, private, CGNAT, multicast, reserved).")
-	fs.StringVar(&o.egressDeny, "egress-deny-cidrs", "", "Comma-separated CIDRs refused as destinations whatever --egress-allow-cidrs say; the API server's Service address (KUBERNETES_SERVICE_HOST) always is.")
-	fs.StringVar(&o.connectPorts, "connect-ports", "443", "Comma-separated ports or from-to ranges that CONNECT may reach.")
+	o.egress = egress.BindFlags(fs)
+	fs.Lookup(egress.FlagDenyCIDRs).Usage += " The API server's Service address (" + envKubernetesServiceHost + ") always is."
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
 	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
 	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
@@ -198,32 +196,16 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 		return cfg, errors.New("--max-concurrent and --max-connections must be at least 1")
 	}
 	var err error
-	if cfg.AllowedSourceRanges, err = parseCIDRs("--allowed-source-ranges", o.allowedRanges); err != nil {
-		return cfg, err
+	if cfg.AllowedSourceRanges, err = egress.ParsePrefixes(o.allowedRanges); err != nil {
+		return cfg, fmt.Errorf("--allowed-source-ranges: %w", err)
 	}
-	if cfg.Egress.AllowCIDRs, err = parseCIDRs("--egress-allow-cidrs", o.egressAllow); err != nil {
-		return cfg, err
-	}
-	if cfg.Egress.DenyCIDRs, err = parseCIDRs("--egress-deny-cidrs", o.egressDeny); err != nil {
+	if cfg.Egress, err = o.egress.Policy(); err != nil {
 		return cfg, err
 	}
 	if host := getenv(envKubernetesServiceHost); host != "" {
 		if ip, err := netip.ParseAddr(host); err == nil {
 			cfg.Egress.DenyCIDRs = append(cfg.Egress.DenyCIDRs, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
 		}
-	}
-	for s := range strings.SplitSeq(o.connectPorts, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		r, err := forwardproxy.ParsePortRange(s)
-		if err != nil {
-			return cfg, fmt.Errorf("--connect-ports: %w", err)
-		}
-		cfg.Egress.ConnectPorts = append(cfg.Egress.ConnectPorts, r)
-	}
-	if len(cfg.Egress.ConnectPorts) == 0 {
-		return cfg, errors.New("--connect-ports: at least one port (the default is 443)")
 	}
 	if o.credentialsDir != "" {
 		if cfg.Username, err = readProxyCredential(o.credentialsDir, "username"); err != nil {
@@ -238,27 +220,16 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 			return cfg, fmt.Errorf("set both %s and %s, or neither", envProxyUsername, envProxyPassword)
 		}
 	}
+	if cfg.Username == "" && len(cfg.AllowedSourceRanges) > 0 && !cfg.AllowOpen {
+		if err := egress.CheckOpenSources(cfg.AllowedSourceRanges); err != nil {
+			return cfg, fmt.Errorf("refusing to run an open proxy: --allowed-source-ranges without credentials: %w; pass --allow-open to run one on purpose", err)
+		}
+	}
 	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
 		return cfg, fmt.Errorf("refusing to run an open proxy: no credentials (--credentials-dir, or %s and %s) and no --allowed-source-ranges; pass --allow-open to run one on purpose",
 			envProxyUsername, envProxyPassword)
 	}
 	return cfg, nil
-}
-
-// parseCIDRs parses a comma-separated list of CIDRs given to flag.
-func parseCIDRs(flag, list string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for s := range strings.SplitSeq(list, ",") {
-		if s = strings.TrimSpace(s); s == "" {
-			continue
-		}
-		r, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %q is not a CIDR such as 203.0.113.0/24: %w", flag, s, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
 }
 
 // readProxyCredential reads dir/name, without trailing newlines (files written

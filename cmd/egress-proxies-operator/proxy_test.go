@@ -302,6 +302,11 @@ func TestRunProxyRefuses(t *testing.T) {
 			want: []string{"--connect-ports", `"https"`},
 		},
 		{
+			name: "open in two halves", reason: "without credentials, source ranges that together cover the Internet are an open proxy",
+			args: []string{"--allowed-source-ranges", "0.0.0.0/1,128.0.0.0/1"},
+			want: []string{"refusing to run an open proxy", "--allowed-source-ranges", "at most one IPv4 /8"},
+		},
+		{
 			name: "no connect port", reason: "an empty list is a mistake, not 'every port'",
 			args: []string{"--credentials-dir", full, "--connect-ports", ","},
 			want: []string{"--connect-ports", "at least one"},

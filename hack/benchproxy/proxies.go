@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egress-proxies/egress-proxies-operator/hack/internal/procfs"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -65,9 +66,9 @@ func runChild(addr, profileDir string) error {
 	}
 	p, err := forwardproxy.New(forwardproxy.Config{
 		Username: benchUser, Password: benchPass,
-		Egress: forwardproxy.EgressPolicy{
+		Egress: egress.Policy{
 			AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-			ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}},
+			ConnectPorts: []egress.PortRange{{From: 1, To: 65535}},
 		},
 		// Metrics on, as in a proxy pod.
 		Metrics: metrics,

@@ -6,8 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
-	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // Where the guest's egress rules live, and the systemd units that load them
@@ -52,18 +51,16 @@ After=` + nftablesUnitName + `
 const maxConnectPorts = 1024
 
 // connectPortLines returns the ports of tinyproxy's ConnectPort lines:
-// 443 for the default policy, none when the policy allows every port, and
-// an error for ranges too wide to list.
-func connectPortLines(ranges []config.PortRange) ([]int, error) {
-	if len(ranges) == 0 {
-		ranges = []config.PortRange{{From: 443, To: 443}}
-	}
+// egress.DefaultConnectPorts for the default policy, none when the policy
+// allows every port, and an error for ranges too wide to list.
+func connectPortLines(ranges []egress.PortRange) ([]int, error) {
+	ranges = egress.Policy{ConnectPorts: ranges}.Ports()
 	var ports []int
 	for _, r := range ranges {
 		if r.From <= 1 && r.To == 65535 {
 			return nil, nil
 		}
-		if r.From == 0 || r.To < r.From {
+		if !r.Valid() {
 			return nil, fmt.Errorf("egress policy: CONNECT port range %s is not valid", r)
 		}
 		for p := int(r.From); p <= int(r.To); p++ {
@@ -84,9 +81,9 @@ func connectPortLines(ranges []config.PortRange) ([]int, error) {
 // on loopback or a private address, and tinyproxy never sends UDP for its
 // clients. The kernel checks the address actually connected to, whatever a
 // name resolved to.
-func NftablesRules(e config.EgressPolicy) string {
+func NftablesRules(e egress.Policy) string {
 	var defaults []netip.Prefix
-	for _, d := range forwardproxy.DefaultDeniedRanges {
+	for _, d := range egress.DefaultDeniedRanges {
 		defaults = append(defaults, d.Prefix)
 	}
 	var b strings.Builder
@@ -113,19 +110,16 @@ func NftablesRules(e config.EgressPolicy) string {
 
 // split returns the IPv4 ranges and the IPv6 ones of ps, IPv4-mapped ones
 // as IPv4. The IPv6 list also holds each IPv4 range's image in the NAT64
-// prefix 64:ff9b::/96, which a NAT64 gateway would translate to it.
+// prefix egress.NAT64, which a NAT64 gateway would translate to it.
 func split(ps []netip.Prefix) (v4, v6 []string) {
 	for _, p := range ps {
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		p = p.Masked()
+		p = egress.Normalize(p)
 		if !p.Addr().Is4() {
 			v6 = append(v6, p.String())
 			continue
 		}
 		v4 = append(v4, p.String())
-		b := [16]byte{0, 0x64, 0xff, 0x9b}
+		b := egress.NAT64.Addr().As16()
 		a4 := p.Addr().As4()
 		copy(b[12:], a4[:])
 		v6 = append(v6, netip.PrefixFrom(netip.AddrFrom16(b), 96+p.Bits()).String())

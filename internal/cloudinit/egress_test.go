@@ -2,12 +2,13 @@ package cloudinit
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // checkEgressFiles checks the write_files entries after tinyproxy.conf: the
@@ -71,7 +72,7 @@ func TestNftablesRules(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		reason    string
-		policy    config.EgressPolicy
+		policy    egress.Policy
 		wantRules []string
 		wantSets  map[string][]string
 	}{
@@ -83,7 +84,7 @@ func TestNftablesRules(t *testing.T) {
 		{
 			name:   "widened and narrowed",
 			reason: "deny first, then allow, then the built-in list: the Go proxy's order",
-			policy: config.EgressPolicy{
+			policy: egress.Policy{
 				AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 				DenyCIDRs:  []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::/32")},
 			},
@@ -101,7 +102,7 @@ func TestNftablesRules(t *testing.T) {
 		{
 			name:   "mapped",
 			reason: "an IPv4-mapped range is written as IPv4, which is what the kernel sees",
-			policy: config.EgressPolicy{DenyCIDRs: []netip.Prefix{netip.MustParsePrefix("::ffff:203.0.113.0/120")}},
+			policy: egress.Policy{DenyCIDRs: []netip.Prefix{netip.MustParsePrefix("::ffff:203.0.113.0/120")}},
 			wantRules: append(head, "ip daddr @deny4 "+reject, "ip6 daddr @deny6 "+reject,
 				"ip daddr @builtin4 "+reject, "ip6 daddr @builtin6 "+reject),
 			wantSets: map[string][]string{"deny4": {"203.0.113.0/24"}},
@@ -134,8 +135,54 @@ func TestNftablesRules(t *testing.T) {
 
 func TestRenderRefusesTooManyConnectPorts(t *testing.T) {
 	_, err := Render(Proxy{Port: 3128, Username: "u", Password: "p",
-		Egress: config.EgressPolicy{ConnectPorts: []config.PortRange{{From: 1024, To: 65535}}}})
+		Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1024, To: 65535}}}})
 	if err == nil || !strings.Contains(err.Error(), "at most 1024") {
 		t.Errorf("Render = %v, want the ConnectPort limit: tinyproxy lists ports one by one", err)
 	}
+}
+
+// The shared table of decisions, rendered: the nftables chain, read the
+// way the kernel reads it for a new TCP connection of the tinyproxy user
+// (first matching daddr rule wins, else the chain accepts), and
+// tinyproxy's ConnectPort lines decide every case as the policy does.
+func TestEgressCasesAreRendered(t *testing.T) {
+	for _, c := range egress.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			var refused bool
+			if c.Addr.IsValid() {
+				refused = nftRefuses(t, NftablesRules(c.Policy), c.Addr)
+			} else {
+				ports, err := connectPortLines(c.Policy.ConnectPorts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				refused = ports != nil && !slices.Contains(ports, int(c.Port))
+			}
+			if want := c.Denied != ""; refused != want {
+				t.Errorf("%s: the guest refuses = %t, want %t (%q)", c.Reason, refused, want, c.Denied)
+			}
+		})
+	}
+}
+
+// nftRefuses evaluates the output chain of rules for a connection to ip.
+func nftRefuses(t *testing.T, rules string, ip netip.Addr) bool {
+	t.Helper()
+	ip = ip.Unmap()
+	family := "ip6 daddr @"
+	if ip.Is4() {
+		family = "ip daddr @"
+	}
+	for _, rule := range chainRules(rules) {
+		set, verdict, ok := strings.Cut(strings.TrimPrefix(rule, family), " ")
+		if !ok || !strings.HasPrefix(rule, family) {
+			continue
+		}
+		for _, e := range setElements(rules, set) {
+			if netip.MustParsePrefix(e).Contains(ip) {
+				return verdict != "accept"
+			}
+		}
+	}
+	return false
 }

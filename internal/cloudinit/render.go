@@ -10,7 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // ConfigPath is where tinyproxy reads its configuration on the systemd-based
@@ -33,7 +33,7 @@ type Proxy struct {
 	// Egress is the entry's destination policy: ConnectPort lines in
 	// tinyproxy.conf, and nftables rules that refuse the denied
 	// destinations to the tinyproxy user (see NftablesRules).
-	Egress config.EgressPolicy
+	Egress egress.Policy
 }
 
 // credentialRE is what a username or password may hold: characters that need

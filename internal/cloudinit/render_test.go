@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // secretSentinel stands for a password: no error may ever quote it.
@@ -88,16 +88,16 @@ func TestRenderCloudConfig(t *testing.T) {
 		{
 			name:   "connect ports",
 			reason: "each allowed CONNECT port is one ConnectPort line, ranges expanded",
-			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: config.EgressPolicy{
-				ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8443, To: 8445}},
+			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: egress.Policy{
+				ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 8443, To: 8445}},
 			}},
 			wantDirectives: []string{"Port 3128", "BasicAuth u p", "ConnectPort 443", "ConnectPort 8443", "ConnectPort 8444", "ConnectPort 8445"},
 		},
 		{
 			name:   "every connect port",
 			reason: "1-65535 is written as no ConnectPort line, which tinyproxy reads as every port",
-			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: config.EgressPolicy{
-				ConnectPorts: []config.PortRange{{From: 1, To: 65535}},
+			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: egress.Policy{
+				ConnectPorts: []egress.PortRange{{From: 1, To: 65535}},
 			}},
 			wantDirectives: []string{"Port 3128", "BasicAuth u p"},
 		},

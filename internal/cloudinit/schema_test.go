@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // cloudInitBinary returns the path of cloud-init, whose own schema check is
@@ -151,18 +151,18 @@ func TestRenderValidatesAgainstCloudInitSchema(t *testing.T) {
 		{
 			name:   "egress policy",
 			reason: "deny and allow sets in the nftables file (a long content string) and several ConnectPort lines",
-			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: config.EgressPolicy{
+			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: egress.Policy{
 				DenyCIDRs:    prefixes(t, "203.0.113.0/24", "2001:db8:1::/48"),
 				AllowCIDRs:   prefixes(t, "198.51.100.0/24"),
-				ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8443, To: 8445}},
+				ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 8443, To: 8445}},
 			}},
 			wantDocs: 1,
 		},
 		{
 			name:   "every connect port",
 			reason: "1-65535 writes no ConnectPort line at all",
-			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: config.EgressPolicy{
-				ConnectPorts: []config.PortRange{{From: 1, To: 65535}},
+			proxy: Proxy{Port: 3128, Username: "u", Password: "p", Egress: egress.Policy{
+				ConnectPorts: []egress.PortRange{{From: 1, To: 65535}},
 			}},
 			wantDocs: 1,
 		},

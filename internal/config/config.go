@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	sigsjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // Block is the type-specific part of an entry, decoded strictly from the key
@@ -68,8 +70,8 @@ type Entry struct {
 	// hypervisor. Zero means DefaultMaxConcurrentCreates.
 	MaxConcurrentCreates int `json:"maxConcurrentCreates,omitempty"`
 	// EgressPolicy is where the entry's proxies may connect; see
-	// EgressPolicy.
-	EgressPolicy EgressPolicy `json:"egressPolicy,omitzero"`
+	// egress.Policy.
+	EgressPolicy egress.Policy `json:"egressPolicy,omitzero"`
 	// Block is the decoded type-specific block.
 	Block Block `json:"-"`
 }
@@ -235,7 +237,7 @@ func parseEntry(idx *field.Path, raw json.RawMessage, reg Registry) (*Entry, fie
 		errs = append(errs, field.Invalid(path.Child("maxConcurrentCreates"), e.MaxConcurrentCreates,
 			fmt.Sprintf("must be between 1 and %d, or unset for %d", maxMaxConcurrentCreates, DefaultMaxConcurrentCreates)))
 	}
-	errs = append(errs, e.EgressPolicy.validate(path.Child("egressPolicy"))...)
+	errs = append(errs, validateEgress(e.EgressPolicy, path.Child("egressPolicy"))...)
 
 	if known {
 		blk := newBlock()

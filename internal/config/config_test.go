@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 )
 
@@ -136,10 +137,10 @@ func TestParse(t *testing.T) {
 				Name: "lab", Type: "fake", Zones: []string{"z1"},
 				MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}},
 				Images:       []string{"debian-12"},
-				EgressPolicy: config.EgressPolicy{
+				EgressPolicy: egress.Policy{
 					AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("fd00::/8")},
 					DenyCIDRs:    []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
-					ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}, {From: 8443, To: 8443}},
+					ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}, {From: 8443, To: 8443}},
 				},
 				Block: &fakeprovider.Block{},
 			}}},

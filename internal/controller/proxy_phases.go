@@ -67,6 +67,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	}
 
 	placement, specErr := r.Config.Resolve(p.Spec.Provider, p.Spec.Zone, p.Spec.MachineType, p.Spec.Image)
+	if specErr == nil {
+		specErr = checkOpenSources(p)
+	}
 	entry := r.Config.Entry(p.Spec.Provider)
 	switch {
 	case specErr != nil && (entry == nil || p.Status.InstanceID == ""):

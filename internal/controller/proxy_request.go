@@ -8,6 +8,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -71,12 +72,12 @@ func buildRequest(p *crawlv1alpha1.Proxy, pl config.Placement, creds *credential
 	}
 	// The entry's egress policy, not the Proxy, says where proxies may
 	// connect: the administrator owns it.
-	var egress config.EgressPolicy
+	var policy egress.Policy
 	if pl.Entry != nil {
-		egress = pl.Entry.EgressPolicy
+		policy = pl.Entry.EgressPolicy
 	}
-	ci := cloudinit.Proxy{Port: p.Spec.Port, AllowedSourceRanges: ranges, ExtraUserData: p.Spec.ExtraUserData, Egress: egress}
-	settings := provider.ProxySettings{Port: p.Spec.Port, AllowedSourceRanges: ranges, Egress: egress}
+	ci := cloudinit.Proxy{Port: p.Spec.Port, AllowedSourceRanges: ranges, ExtraUserData: p.Spec.ExtraUserData, Egress: policy}
+	settings := provider.ProxySettings{Port: p.Spec.Port, AllowedSourceRanges: ranges, Egress: policy}
 	if creds != nil {
 		ci.Username, ci.Password = creds.username, creds.password
 		settings.Credentials = &provider.SecretRef{
@@ -97,6 +98,23 @@ func buildRequest(p *crawlv1alpha1.Proxy, pl config.Placement, creds *credential
 		UserData:    provider.NewSensitive(userData),
 		Proxy:       settings,
 	}, nil
+}
+
+// checkOpenSources refuses a Proxy without authentication whose source
+// ranges together cover more than egress.CheckOpenSources allows:
+// admission checks each range, only the operator sees their union.
+func checkOpenSources(p *crawlv1alpha1.Proxy) error {
+	if isBasic(p) {
+		return nil
+	}
+	ranges, err := egress.ParsePrefixes(strings.Join(p.Spec.AllowedSourceRanges, ","))
+	if err == nil {
+		err = egress.CheckOpenSources(ranges)
+	}
+	if err != nil {
+		return fmt.Errorf("spec.allowedSourceRanges with auth None: %w", err)
+	}
+	return nil
 }
 
 // isBasic reports whether the Proxy uses generated credentials.

@@ -15,6 +15,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -443,9 +444,9 @@ func TestRandomFromDiffers(t *testing.T) {
 // user-data of VM guests.
 func TestBuildRequestCarriesTheEntryEgressPolicy(t *testing.T) {
 	pl := requestPlacement()
-	pl.Entry.EgressPolicy = config.EgressPolicy{
+	pl.Entry.EgressPolicy = egress.Policy{
 		AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-		ConnectPorts: []config.PortRange{{From: 8443, To: 8443}},
+		ConnectPorts: []egress.PortRange{{From: 8443, To: 8443}},
 	}
 	creds := &credentials{secretName: "web-proxy-credentials", username: "u0a1b2c3d4e5", password: "Pw0123456789abcdefghijklmnopqrstu"}
 	got, err := buildRequest(requestProxy(crawlv1alpha1.ProxyAuthBasic, "203.0.113.0/24"), pl, creds)
@@ -460,5 +461,31 @@ func TestBuildRequestCarriesTheEntryEgressPolicy(t *testing.T) {
 		if !strings.Contains(userData, want) {
 			t.Errorf("user-data lacks %q: the guest would not enforce the entry's policy", want)
 		}
+	}
+}
+
+func TestCheckOpenSourcesOfAProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		reason string
+		auth   crawlv1alpha1.ProxyAuth
+		ranges []string
+		ok     bool
+	}{
+		{name: "basic", reason: "with credentials any source may knock", auth: crawlv1alpha1.ProxyAuthBasic, ranges: []string{"0.0.0.0/1", "128.0.0.0/1"}, ok: true},
+		{name: "none, narrow", reason: "auth None for one network", auth: crawlv1alpha1.ProxyAuthNone, ranges: []string{"198.51.100.0/24"}, ok: true},
+		{name: "none, two halves", reason: "two /1s are an open proxy in two halves", auth: crawlv1alpha1.ProxyAuthNone, ranges: []string{"0.0.0.0/1", "128.0.0.0/1"}},
+		{name: "none, garbage", reason: "a range that does not parse is refused, not skipped", auth: crawlv1alpha1.ProxyAuthNone, ranges: []string{"everything"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &crawlv1alpha1.Proxy{Spec: crawlv1alpha1.ProxySpec{Auth: tc.auth, AllowedSourceRanges: tc.ranges}}
+			err := checkOpenSources(p)
+			if (err == nil) != tc.ok {
+				t.Fatalf("%s: checkOpenSources = %v, want accepted %t", tc.reason, err, tc.ok)
+			}
+			if err != nil && !strings.Contains(err.Error(), "spec.allowedSourceRanges") {
+				t.Errorf("the refusal %q does not name the field", err)
+			}
+		})
 	}
 }

@@ -11,9 +11,9 @@
 // hop-by-hop headers and the proxy's own headers before forwarding, adds no
 // Via header, and streams bodies both ways.
 //
-// Destinations follow an EgressPolicy whose zero value refuses everything
-// that is not the public Internet (DefaultDeniedRanges) and CONNECT to ports
-// other than 443. The check runs in the dialer's ControlContext hook, on
+// Destinations follow an egress.Policy whose zero value refuses everything
+// that is not the public Internet (egress.DefaultDeniedRanges) and CONNECT
+// to ports other than egress.DefaultConnectPorts. The check runs in the dialer's ControlContext hook, on
 // the address about to be connected after the name was resolved, so that
 // DNS answers pointing inside, rebinding included, are refused too. A
 // refused request gets 403 with the reason, never the address, in the

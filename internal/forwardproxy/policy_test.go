@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -38,11 +39,11 @@ func TestEgressPolicy(t *testing.T) {
 	get := func(url, host string) string {
 		return "GET " + url + " HTTP/1.1\r\nHost: " + host + "\r\n" + auth
 	}
-	widePorts := []forwardproxy.PortRange{{From: 1, To: 65535}}
+	widePorts := []egress.PortRange{{From: 1, To: 65535}}
 	for _, tc := range []struct {
 		name       string
 		reason     string
-		policy     forwardproxy.EgressPolicy
+		policy     egress.Policy
 		request    string
 		wantStatus int
 		wantDenied string // the X-Egress-Denied header
@@ -53,7 +54,7 @@ func TestEgressPolicy(t *testing.T) {
 		},
 		{
 			name: "CONNECT loopback, any port", reason: "with every port allowed, the address alone is refused",
-			policy:  forwardproxy.EgressPolicy{ConnectPorts: widePorts},
+			policy:  egress.Policy{ConnectPorts: widePorts},
 			request: connect(e.addr), wantStatus: http.StatusForbidden, wantDenied: "loopback",
 		},
 		{
@@ -67,7 +68,7 @@ func TestEgressPolicy(t *testing.T) {
 		},
 		{
 			name: "CONNECT port 25", reason: "CONNECT goes to port 443 only by default, even where the address is allowed",
-			policy:     forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			policy:     egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 			request:    connect("127.0.0.1:25"),
 			wantStatus: http.StatusForbidden, wantDenied: "port",
 		},
@@ -88,7 +89,7 @@ func TestEgressPolicy(t *testing.T) {
 		},
 		{
 			name: "deny beats allow", reason: "denyCIDRs win over allowCIDRs",
-			policy: forwardproxy.EgressPolicy{
+			policy: egress.Policy{
 				AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
 				DenyCIDRs:  []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
 			},
@@ -96,19 +97,19 @@ func TestEgressPolicy(t *testing.T) {
 		},
 		{
 			name: "GET allowed", reason: "the widened policy lets the loopback origin through",
-			policy:  forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			policy:  egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 			request: get(o.URL+"/", originHost), wantStatus: http.StatusOK,
 		},
 		{
 			name: "name allowed", reason: "a name resolving into an allowed range works",
-			policy:  forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+			policy:  egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 			request: get("http://rebound.test:"+originPort+"/", "rebound.test:"+originPort), wantStatus: http.StatusOK,
 		},
 		{
 			name: "CONNECT allowed", reason: "the widened policy and ports let the tunnel through",
-			policy: forwardproxy.EgressPolicy{
+			policy: egress.Policy{
 				AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-				ConnectPorts: []forwardproxy.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}},
+				ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 1024, To: 65535}},
 			},
 			request: connect("127.0.0.1:" + echoPort), wantStatus: http.StatusOK,
 		},
@@ -145,12 +146,12 @@ func TestEgressPolicy(t *testing.T) {
 func TestNewChecksTheEgressPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		policy forwardproxy.EgressPolicy
+		policy egress.Policy
 	}{
-		{name: "zero allow prefix", policy: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{{}}}},
-		{name: "zero deny prefix", policy: forwardproxy.EgressPolicy{DenyCIDRs: []netip.Prefix{{}}}},
-		{name: "port 0", policy: forwardproxy.EgressPolicy{ConnectPorts: []forwardproxy.PortRange{{From: 0, To: 10}}}},
-		{name: "reversed range", policy: forwardproxy.EgressPolicy{ConnectPorts: []forwardproxy.PortRange{{From: 10, To: 9}}}},
+		{name: "zero allow prefix", policy: egress.Policy{AllowCIDRs: []netip.Prefix{{}}}},
+		{name: "zero deny prefix", policy: egress.Policy{DenyCIDRs: []netip.Prefix{{}}}},
+		{name: "port 0", policy: egress.Policy{ConnectPorts: []egress.PortRange{{From: 0, To: 10}}}},
+		{name: "reversed range", policy: egress.Policy{ConnectPorts: []egress.PortRange{{From: 10, To: 9}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := forwardproxy.New(forwardproxy.Config{Username: testUser, Password: testPassword, Egress: tc.policy}); err == nil {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // Defaults for the zero values of Config's timeouts.
@@ -66,8 +68,9 @@ type Config struct {
 	// DefaultMaxConcurrent.
 	MaxConcurrent int
 	// Egress is the destination policy; its zero value refuses every
-	// non-public address and CONNECT to ports other than 443.
-	Egress EgressPolicy
+	// non-public address and CONNECT to ports other than
+	// egress.DefaultConnectPorts.
+	Egress egress.Policy
 	// LocalAddr, when valid, is the source address of upstream
 	// connections (a host with several addresses egresses from this one).
 	LocalAddr netip.Addr
@@ -112,7 +115,7 @@ const redacted = "[redacted]"
 type Proxy struct {
 	auth        *basicAuth // nil: no authentication
 	ranges      []netip.Prefix
-	egress      *egress
+	egress      *egressPolicy
 	dialer      *net.Dialer
 	resolver    Resolver
 	slots       chan struct{} // one value per request or tunnel in flight
@@ -139,8 +142,8 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ResponseHeaderTimeout < 0 || cfg.MaxConcurrent < 0 {
 		return nil, errors.New("forwardproxy: timeouts and limits must not be negative")
 	}
-	if err := cfg.Egress.validate(); err != nil {
-		return nil, err
+	if err := cfg.Egress.Validate(); err != nil {
+		return nil, fmt.Errorf("forwardproxy: %w", err)
 	}
 	p := &Proxy{
 		egress:      newEgress(cfg.Egress),

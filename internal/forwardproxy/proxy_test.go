@@ -24,15 +24,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
 // onLoopback is the egress policy of tests whose origins listen on
 // 127.0.0.1 on random ports: the default policy refuses both (see
 // TestEgressPolicy).
-var onLoopback = forwardproxy.EgressPolicy{
+var onLoopback = egress.Policy{
 	AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")},
-	ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}},
+	ConnectPorts: []egress.PortRange{{From: 1, To: 65535}},
 }
 
 // withAuth is the usual configuration of these tests.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -80,7 +81,7 @@ func (u *recordingUpstream) seen() []string {
 // credentials get 407 and an Upstream's refusal its own answer.
 func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 	up := &recordingUpstream{accept: basic(testUser, testPassword)}
-	h := start(t, forwardproxy.Config{Upstream: up, Egress: forwardproxy.EgressPolicy{ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}}}}, wait)
+	h := start(t, forwardproxy.Config{Upstream: up, Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}}}, wait)
 	o := newOrigin(t)
 
 	resp, err := h.client(t, testUser, testPassword).Get(o.URL + "/x")

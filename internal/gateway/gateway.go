@@ -22,6 +22,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -519,6 +520,6 @@ func NewProxy(g *Gateway, o ProxyOptions) (*forwardproxy.Proxy, error) {
 		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log,
 		// The members apply their own egress policy, ports included; the
 		// gateway reaches no destination itself.
-		Egress: forwardproxy.EgressPolicy{ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}}},
+		Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}},
 	})
 }

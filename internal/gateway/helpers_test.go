@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/sentinel"
@@ -52,7 +53,7 @@ func startMember(t *testing.T, i int) *member {
 		user: fmt.Sprintf("umember%05d", i), pass: fmt.Sprintf("member-%02d-secret-password-xyz", i)}
 	p, err := forwardproxy.New(forwardproxy.Config{Username: m.user, Password: m.pass,
 		LocalAddr: netip.MustParseAddr(m.egress),
-		Egress:    forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, ConnectPorts: []forwardproxy.PortRange{{From: 1, To: 65535}}}})
+		Egress:    egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}, ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,15 @@ func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools
 				UpdateFunc: func(_, obj any) { signal(obj) },
 				// The pool is gone (or its list): no members from it,
 				// whether or not its Secret went yet.
-				DeleteFunc: func(any) { w.gone.Store(true); w.signal() },
+				DeleteFunc: func(obj any) {
+					if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+						obj = d.Obj
+					}
+					if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
+						w.gone.Store(true)
+						w.signal()
+					}
+				},
 			},
 		})
 		wg.Go(func() { informer.RunWithContext(ctx) })

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 )
@@ -39,7 +40,7 @@ func realProxy(t *testing.T) string {
 	// The check URL listens on loopback, which the proxy's default egress
 	// policy refuses.
 	p, err := forwardproxy.New(forwardproxy.Config{Username: user, Password: pass,
-		Egress: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 // ID identifies an instance within one provider entry. Its format belongs to
@@ -106,7 +106,7 @@ type ProxySettings struct {
 	AllowedSourceRanges []netip.Prefix
 	// Egress is the entry's destination policy, which the proxy enforces
 	// on the addresses it connects to; its zero value is the safe default.
-	Egress config.EgressPolicy
+	Egress egress.Policy
 }
 
 // SecretRef names the keys of a Secret that hold the proxy credentials.

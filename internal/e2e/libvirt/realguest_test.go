@@ -30,6 +30,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/libvirt"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
@@ -98,7 +99,7 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 			MachineTypes: map[string]config.MachineType{machineType: {Name: machineType, Cores: 1, MemoryMiB: 512}},
 			// The lab network is allowed (it is not in the built-in deny
 			// list); one address of it is denied by the administrator.
-			EgressPolicy: config.EgressPolicy{DenyCIDRs: []netip.Prefix{netip.PrefixFrom(deniedOrigin, 32)}},
+			EgressPolicy: egress.Policy{DenyCIDRs: []netip.Prefix{netip.PrefixFrom(deniedOrigin, 32)}},
 			Block: &libvirt.Block{
 				Hosts:          []libvirt.Host{{Name: "lab1", Address: host, Port: n, User: l.SSHUser, Zone: "lab"}},
 				PrivateKeyFile: l.PrivateKeyFile,

@@ -1,29 +1,31 @@
 package kubernetes
 
 import (
+	"flag"
+	"io"
 	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
 func TestEgressArgs(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		reason string
-		policy config.EgressPolicy
+		policy egress.Policy
 		want   []string
 	}{
 		{name: "default", reason: "the subcommand's defaults are the safe policy; pods of entries without one keep their arguments"},
 		{
 			name:   "full",
 			reason: "each part of the entry's policy becomes its flag, ranges masked and ports as written",
-			policy: config.EgressPolicy{
+			policy: egress.Policy{
 				AllowCIDRs:   []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("fd00::1/8")},
 				DenyCIDRs:    []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24")},
-				ConnectPorts: []config.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}},
+				ConnectPorts: []egress.PortRange{{From: 443, To: 443}, {From: 8000, To: 8999}},
 			},
 			want: []string{"--egress-allow-cidrs=127.0.0.0/8,fd00::/8", "--egress-deny-cidrs=203.0.113.0/24", "--connect-ports=443,8000-8999"},
 		},
@@ -31,6 +33,29 @@ func TestEgressArgs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, egressArgs(tc.policy)); diff != "" {
 				t.Errorf("%s: args (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}
+
+// The shared table of decisions, rendered: the pod's arguments, read back
+// by the flags the proxy subcommand binds, decide every case as the
+// entry's policy does.
+func TestEgressCasesAreRendered(t *testing.T) {
+	for _, c := range egress.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f := egress.BindFlags(fs)
+			if err := fs.Parse(egressArgs(c.Policy)); err != nil {
+				t.Fatalf("the proxy subcommand would not start: %v", err)
+			}
+			p, err := f.Policy()
+			if err != nil {
+				t.Fatalf("the proxy subcommand would not start: %v", err)
+			}
+			if diff := cmp.Diff(c.Denied, c.Decide(egress.NewDecider(p))); diff != "" {
+				t.Errorf("%s: the pod refuses as (-want +got):\n%s", c.Reason, diff)
 			}
 		})
 	}

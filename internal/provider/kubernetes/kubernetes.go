@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -224,27 +225,16 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 // egressArgs returns the proxy subcommand's flags for the entry's egress
 // policy; the default policy needs none, so pods of entries without one
 // keep their arguments.
-func egressArgs(e config.EgressPolicy) []string {
-	join := func(ps []netip.Prefix) string {
-		out := make([]string, 0, len(ps))
-		for _, p := range ps {
-			out = append(out, p.Masked().String())
-		}
-		return strings.Join(out, ",")
-	}
+func egressArgs(e egress.Policy) []string {
 	var args []string
 	if len(e.AllowCIDRs) > 0 {
-		args = append(args, "--egress-allow-cidrs="+join(e.AllowCIDRs))
+		args = append(args, "--"+egress.FlagAllowCIDRs+"="+egress.FormatPrefixes(e.AllowCIDRs))
 	}
 	if len(e.DenyCIDRs) > 0 {
-		args = append(args, "--egress-deny-cidrs="+join(e.DenyCIDRs))
+		args = append(args, "--"+egress.FlagDenyCIDRs+"="+egress.FormatPrefixes(e.DenyCIDRs))
 	}
 	if len(e.ConnectPorts) > 0 {
-		ports := make([]string, 0, len(e.ConnectPorts))
-		for _, r := range e.ConnectPorts {
-			ports = append(ports, r.String())
-		}
-		args = append(args, "--connect-ports="+strings.Join(ports, ","))
+		args = append(args, "--"+egress.FlagConnectPorts+"="+egress.FormatPorts(e.ConnectPorts))
 	}
 	return args
 }

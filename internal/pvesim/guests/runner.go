@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/nocloud"
 	"github.com/egress-proxies/egress-proxies-operator/internal/pvesim"
@@ -78,7 +79,7 @@ func (r *Runner) Start(g pvesim.Guest) error {
 		// live on loopback, which the default egress policy refuses; a
 		// real guest enforces the entry's policy with the nftables rules
 		// of its seed.
-		Egress: forwardproxy.EgressPolicy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
 	})
 	if err != nil {
 		return fmt.Errorf("guest %d: configuring the proxy: %w", g.VMID, err)
