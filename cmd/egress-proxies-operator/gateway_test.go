@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"net/netip"
 	"net/url"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -100,13 +98,8 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 		t.Errorf("GET through the gateway: %s %q", resp.Status, body)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("serveGateway after cancel: %v", err)
-		}
-	case <-time.After(proxyWait):
-		t.Fatal("serveGateway did not stop")
+	if err := poll.Receive(t, proxyWait, "serveGateway to stop", done); err != nil {
+		t.Errorf("serveGateway after cancel: %v", err)
 	}
 }
 
@@ -129,7 +122,7 @@ func TestRunGatewayRefuses(t *testing.T) {
 		if err == nil {
 			t.Errorf("%s: serveGateway returned nil; want an error", tc.reason)
 		} else {
-			t.Log(fmt.Sprintf("%s: %v", tc.reason, err))
+			t.Logf("%s: %v", tc.reason, err)
 		}
 	}
 }

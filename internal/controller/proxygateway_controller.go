@@ -102,10 +102,6 @@ func (r *ProxyGatewayReconciler) gatewaysOfPool(ctx context.Context, obj client.
 	return out
 }
 
-// errGatewayConflict marks an object of the gateway's that another owner
-// holds.
-var errGatewayConflict = errors.New("not controlled by this gateway")
-
 // Reconcile makes the gateway's objects match its spec and patches its
 // status once.
 func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

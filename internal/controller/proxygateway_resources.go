@@ -56,7 +56,9 @@ func gatewayPort(gw *crawlv1alpha1.ProxyGateway) int32 {
 	return gw.Spec.Port
 }
 
-func gatewayAuthNone(gw *crawlv1alpha1.ProxyGateway) bool { return gw.Spec.Auth == crawlv1alpha1.ProxyAuthNone }
+func gatewayAuthNone(gw *crawlv1alpha1.ProxyGateway) bool {
+	return gw.Spec.Auth == crawlv1alpha1.ProxyAuthNone
+}
 
 // gatewayLabels are on every object of the gateway.
 func gatewayLabels(gw *crawlv1alpha1.ProxyGateway) map[string]string {

@@ -316,7 +316,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuseWith(w, refuseSource)
-	case !p.authorizeHTTP(w, &r, x):
+	case !p.authorizeHTTP(w, &r, x): //nolint:contextcheck // it takes the request's context from r and gives r a new one.
 		// Refused and answered.
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)

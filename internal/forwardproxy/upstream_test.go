@@ -118,8 +118,12 @@ func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 	_ = r1.Body.Close()
 	_, _ = io.WriteString(conn, "CONNECT "+e.addr+" HTTP/1.1\r\nHost: "+e.addr+"\r\n"+auth+"\r\n")
 	r2, err := http.ReadResponse(cbr, &http.Request{Method: http.MethodConnect})
-	if err != nil || r2.StatusCode != http.StatusOK {
-		t.Fatalf("CONNECT after a request: %v %v", r2, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r2.Body.Close()
+	if r2.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT after a request: %s", r2.Status)
 	}
 	_ = conn.Close()
 
@@ -127,8 +131,13 @@ func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 		t.Errorf("the upstream saw routes %q; want route-a for each of the 4 requests", got)
 	}
 
-	if resp, err := h.client(t, testUser, "wrong").Get(o.URL); err != nil || resp.StatusCode != http.StatusProxyAuthRequired {
-		t.Errorf("wrong credentials: %v %v; want 407", resp, err)
+	resp, err = h.client(t, testUser, "wrong").Get(o.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("wrong credentials: %s; want 407", resp.Status)
 	}
 	for _, path := range []string{"http", "connect"} {
 		var code int
@@ -144,8 +153,7 @@ func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 			_ = resp.Body.Close()
 			code, why = resp.StatusCode, resp.Header.Get("X-Why")
 		} else {
-			resp := connectAnswer(t, h.addr, e.addr, "Basic bad-option")
-			code, why = resp.StatusCode, resp.Header.Get("X-Why")
+			code, why = connectAnswer(t, h.addr, e.addr, "Basic bad-option", "X-Why")
 		}
 		if code != http.StatusBadRequest || why != "option" {
 			t.Errorf("%s with a refused option: %d %q; want the upstream's 400 with its header", path, code, why)
@@ -153,14 +161,14 @@ func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 	}
 
 	up.refuse = &forwardproxy.RefusedError{Code: http.StatusTooManyRequests, Message: "every member is at its limit", Header: "Retry-After", Value: "1"}
-	if resp := connectAnswer(t, h.addr, e.addr, basic(testUser, testPassword)); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
-		t.Errorf("CONNECT the upstream refuses: %s Retry-After %q; want 429 with 1", resp.Status, resp.Header.Get("Retry-After"))
+	if code, retry := connectAnswer(t, h.addr, e.addr, basic(testUser, testPassword), "Retry-After"); code != http.StatusTooManyRequests || retry != "1" {
+		t.Errorf("CONNECT the upstream refuses: %d Retry-After %q; want 429 with 1", code, retry)
 	}
 }
 
 // connectAnswer sends one CONNECT on a new connection and returns the
-// proxy's answer.
-func connectAnswer(t *testing.T, proxyAddr, target, auth string) *http.Response {
+// status of the proxy's answer and its header named header.
+func connectAnswer(t *testing.T, proxyAddr, target, auth, header string) (int, string) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", proxyAddr, wait)
 	if err != nil {
@@ -174,5 +182,5 @@ func connectAnswer(t *testing.T, proxyAddr, target, auth string) *http.Response 
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	return resp
+	return resp.StatusCode, resp.Header.Get(header)
 }

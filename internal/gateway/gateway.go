@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -249,7 +250,7 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 	case Random:
 		return candidates[rand.IntN(len(candidates))] //nolint:gosec // G404: spreading load, not a secret.
 	case LeastConnections:
-		start := int(g.next.Add(1) % uint64(len(candidates)))
+		start := int(g.next.Add(1) % uint64(len(candidates))) //nolint:gosec // G115: below len(candidates).
 		best := candidates[start]
 		for i := 1; i < len(candidates); i++ {
 			m := candidates[(start+i)%len(candidates)]
@@ -258,9 +259,9 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 			}
 		}
 		return best
-	default:
-		return candidates[int((g.next.Add(1)-1)%uint64(len(candidates)))]
+	case RoundRobin:
 	}
+	return candidates[int((g.next.Add(1)-1)%uint64(len(candidates)))] //nolint:gosec // G115: below len(candidates).
 }
 
 // RoundTrip implements forwardproxy.Upstream: the request goes through one
@@ -359,6 +360,7 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	br := bufio.NewReaderSize(c, 1024)
 	var resp *http.Response
 	if _, err = io.WriteString(c, req+"\r\n"); err == nil {
+		//nolint:bodyclose // a refusal's body is closed below; after a 200 the bytes are the tunnel's.
 		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	}
 	if err != nil {
@@ -367,8 +369,9 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 		return nil, fmt.Errorf("member %s: CONNECT: %w", m, err)
 	}
 	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
 		_ = c.Close()
-		cause := "status-" + fmt.Sprint(resp.StatusCode)
+		cause := "status-" + strconv.Itoa(resp.StatusCode)
 		g.failed(m, cause, errors.New(resp.Status))
 		return nil, memberRefusal(m, resp)
 	}
@@ -403,7 +406,7 @@ func isToken(s string) bool {
 		return false
 	}
 	for _, r := range s {
-		if !(r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+		if r != '-' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
 			return false
 		}
 	}

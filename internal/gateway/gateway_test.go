@@ -127,7 +127,7 @@ func TestMembershipFollowsTheList(t *testing.T) {
 	if err != nil || code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
 		t.Fatalf("no members: %d %q %v; want 503 with Retry-After", code, body, err)
 	}
-	if resp, _, _ := connect(t, h.addr, target, basic(gwUser, gwPass), ""); resp.StatusCode != http.StatusServiceUnavailable {
+	if resp, _, _ := connect(t, h.addr, target, basic(gwUser, gwPass), ""); closed(resp).StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("CONNECT with no members: %s; want 503", resp.Status)
 	}
 
@@ -214,6 +214,7 @@ func TestMemberCredentialsNeverLeak(t *testing.T) {
 		w.Add("answers", fmt.Sprint(code, body, hdr, err))
 		resp, _, br := connect(t, h.addr, target, basic(gwUser, gwPass), "")
 		rest, _ := br.Peek(br.Buffered())
+		closed(resp)
 		w.Add("answers", fmt.Sprint(resp.Status, resp.Header, string(rest)))
 	}
 	w.Add("logs", h.logs.String())

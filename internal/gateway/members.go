@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -61,10 +62,10 @@ type memberURL struct {
 func parseMemberURL(s string) (memberURL, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
-		return memberURL{}, fmt.Errorf("the URL is not http://[user:password@]host:port")
+		return memberURL{}, errors.New("the URL is not http://[user:password@]host:port")
 	}
 	if _, port, err := net.SplitHostPort(u.Host); err != nil || port == "" {
-		return memberURL{}, fmt.Errorf("the URL has no port")
+		return memberURL{}, errors.New("the URL has no port")
 	}
 	m := memberURL{url: &url.URL{Scheme: "http", Host: u.Host, User: u.User}, host: u.Host}
 	if u.User != nil {
@@ -97,9 +98,8 @@ func (m *Member) Host() string { return m.target.host }
 // memberState is what the gateway keeps of a member across list updates.
 type memberState struct {
 	active atomic.Int64 // requests and tunnels in flight
-	// failures counts failed attempts in a row; ejectedUntil (UnixNano)
-	// keeps the member out of new picks until then.
-	failures     atomic.Int32
+	// ejectedUntil (UnixNano) keeps the member out of new picks until
+	// then (failover's ejection; nothing sets it yet).
 	ejectedUntil atomic.Int64
 }
 

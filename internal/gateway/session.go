@@ -23,9 +23,9 @@ func sessionKey(id string, ttl time.Duration, now time.Time) uint64 {
 	if ttl <= 0 {
 		return h
 	}
-	offset := int64(h % uint64(ttl))
+	offset := int64(h % uint64(ttl)) //nolint:gosec // G115: below ttl, an int64.
 	window := (now.UnixNano() + offset) / int64(ttl)
-	return mix(h ^ mix(uint64(window)))
+	return mix(h ^ mix(uint64(window))) //nolint:gosec // G115: only the bits are hashed.
 }
 
 // place returns the member of candidates (not empty) with the highest

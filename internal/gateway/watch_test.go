@@ -3,7 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
+	"strconv"
 	"slices"
 	"testing"
 
@@ -31,7 +31,7 @@ func publish(t *testing.T, cs *fake.Clientset, pool string, es ...gateway.Entry)
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	cm := &corev1.ConfigMap{ObjectMeta: s.ObjectMeta, Data: map[string]string{"proxies.json": fmt.Sprint(len(es))}}
+	cm := &corev1.ConfigMap{ObjectMeta: s.ObjectMeta, Data: map[string]string{"proxies.json": strconv.Itoa(len(es))}}
 	if _, err := cs.CoreV1().ConfigMaps("crawlers").Update(ctx, cm, metav1.UpdateOptions{}); apierrors.IsNotFound(err) {
 		if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
