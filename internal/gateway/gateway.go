@@ -360,7 +360,6 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	br := bufio.NewReaderSize(c, 1024)
 	var resp *http.Response
 	if _, err = io.WriteString(c, req+"\r\n"); err == nil {
-		//nolint:bodyclose // a refusal's body is closed below; after a 200 the bytes are the tunnel's.
 		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	}
 	if err != nil {

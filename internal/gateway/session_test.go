@@ -155,7 +155,7 @@ func TestBadOptionsAreRefused(t *testing.T) {
 		}
 		resp, _, _ := connect(t, h.addr, target, basic(tc.user, gwPass), "")
 		b, _ := io.ReadAll(resp.Body)
-		closed(resp)
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("%s, CONNECT: %s %q; want 400 with %q", tc.reason, resp.Status, b, tc.want)
 		}

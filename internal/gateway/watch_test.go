@@ -3,8 +3,8 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
-	"strconv"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/go-logr/logr"
