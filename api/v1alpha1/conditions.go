@@ -212,3 +212,20 @@ const (
 	// made from; a member with another hash is rotated.
 	LabelTemplateHash = "crawl.example.com/pool-template-hash"
 )
+
+// Reasons of the ProxyGateway Ready condition.
+const (
+	// ReasonGatewayReady (Ready=True): at least one gateway pod is ready,
+	// which it is only once it has members to send to.
+	ReasonGatewayReady = "GatewayReady"
+	// ReasonNoMembers (Ready=False): none of the gateway's pools has a
+	// Serving member (or none of them exists yet); the gateway answers 503.
+	ReasonNoMembers = "NoMembers"
+	// ReasonGatewayNotReady (Ready=False): the pools have members but no
+	// gateway pod is ready yet (starting, or failing: see its Deployment).
+	ReasonGatewayNotReady = "GatewayNotReady"
+	// ReasonGatewayConflict (Ready=False): an object the gateway needs
+	// (Deployment, Service, Secret, ...) exists and is not controlled by
+	// this gateway; the operator never changes it. The message names it.
+	ReasonGatewayConflict = "GatewayConflict"
+)

@@ -18,7 +18,8 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Proxy{}, &ProxyList{}, &ProviderHealth{}, &ProviderHealthList{}, &ProxyPool{}, &ProxyPoolList{})
+	s.AddKnownTypes(GroupVersion, &Proxy{}, &ProxyList{}, &ProviderHealth{}, &ProviderHealthList{}, &ProxyPool{}, &ProxyPoolList{},
+		&ProxyGateway{}, &ProxyGatewayList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

@@ -78,6 +78,20 @@ func main() {
 		}
 		return
 	}
+	// `egress-proxies-operator gateway ...` runs a pool gateway, as the
+	// Deployments of ProxyGateways do.
+	if len(os.Args) > 1 && os.Args[1] == "gateway" {
+		ctrl.SetLogger(zap.New())
+		err := runGateway(ctrl.SetupSignalHandler(), os.Args[2:], os.Getenv, ctrl.Log.WithName("gateway"))
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return
+		case err != nil:
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	var f flags
 	fs := flag.CommandLine
 	fs.StringVar(&f.providersConfig, "providers-config", "/etc/proxy-operator/config/providers.yaml", "Path of the providers configuration (YAML).")

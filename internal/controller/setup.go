@@ -44,6 +44,9 @@ type Options struct {
 	ProbeFailureThreshold int32
 	// PoolResyncInterval is how often a pool is looked at without changes.
 	PoolResyncInterval time.Duration
+	// GatewayImage is the image ProxyGateway pods run (the operator's own,
+	// --proxy-image).
+	GatewayImage string
 
 	PollInterval            time.Duration
 	ResyncInterval          time.Duration
@@ -73,8 +76,14 @@ type Options struct {
 // Memory).
 func CacheOptions() cache.Options {
 	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
+	byObject := map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}}
+	// A gateway's own objects (gatewayObjects) are cached only when the
+	// operator made them.
+	for _, obj := range gatewayObjects() {
+		byObject[obj] = cache.ByObject{Label: managed}
+	}
 	return cache.Options{
-		ByObject:         map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}},
+		ByObject:         byObject,
 		DefaultTransform: cache.TransformStripManagedFields(),
 	}
 }
@@ -100,6 +109,11 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy pool controller: %w", err)
+	}
+	gateways := &ProxyGatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Image: o.GatewayImage,
+		Now: o.Now, skipNameValidation: o.SkipNameValidation}
+	if err := gateways.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the proxy gateway controller: %w", err)
 	}
 	gc := &GarbageCollector{refusals: refusals,
 		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,

@@ -274,8 +274,7 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 	case !sourceAddrAllowed(p.ranges, c.RemoteAddr()):
 		x.refuseConn(c, refuseSource)
 		return nil
-	case !p.authenticate(h.proxyAuthorization, x):
-		x.refuseConn(c, refuseAuth)
+	case !p.authorizeConn(&ctx, c, h.proxyAuthorization, x):
 		return nil
 	}
 	// Admitted: the tunnel has its own idle timeout.
@@ -289,7 +288,7 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 		x.refuseConn(c, ref)
 		return nil
 	}
-	upstream, err := p.dial(ctx, "tcp", h.target)
+	upstream, err := p.dialTarget(ctx, h.target)
 	if err != nil {
 		p.release()
 		x.err = err

@@ -48,4 +48,9 @@
 // every CONNECT (400, and the connection ends): net/http's parser is laxer,
 // so a tunnel is opened only by a CONNECT that opens its connection, under
 // Serve.
+//
+// With a Config.Upstream, a Proxy reaches no destination itself: the
+// Upstream checks the credentials, forwards plain requests and opens the
+// far end of tunnels (the pool gateway, internal/gateway, chains them to a
+// pool's proxies this way), and everything in front of it stays the same.
 package forwardproxy

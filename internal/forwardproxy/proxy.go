@@ -90,6 +90,10 @@ type Config struct {
 	// the status, the bytes each way, the duration and the error, if any.
 	// It never holds a credential.
 	AccessLog logr.Logger
+	// Upstream, when set, forwards requests and opens tunnels in place of
+	// direct dials, and checks credentials in place of Username and
+	// Password (see Upstream).
+	Upstream Upstream
 }
 
 // String describes c without its credentials.
@@ -129,6 +133,7 @@ type Proxy struct {
 	username    string      // for the access log; "" without authentication
 	transport   *http.Transport
 	forwarder   *httputil.ReverseProxy
+	upstream    Upstream // nil: destinations are dialed directly
 }
 
 // New checks cfg and builds a Proxy.
@@ -139,7 +144,7 @@ func New(cfg Config) (*Proxy, error) {
 	if strings.Contains(cfg.Username, ":") {
 		return nil, errors.New("forwardproxy: the username must not contain a colon (Basic authentication cannot carry it)")
 	}
-	if cfg.Username == "" && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
+	if cfg.Username == "" && cfg.Upstream == nil && len(cfg.AllowedSourceRanges) == 0 && !cfg.AllowOpen {
 		return nil, errors.New("forwardproxy: refusing to run an open proxy: set credentials or allowed source ranges, or AllowOpen to run one on purpose")
 	}
 	if cfg.DialTimeout < 0 || cfg.IdleTimeout < 0 || cfg.ResponseHeaderTimeout < 0 || cfg.MaxConcurrent < 0 {
@@ -233,6 +238,7 @@ func New(cfg Config) (*Proxy, error) {
 		FlushInterval: -1,
 		ErrorHandler:  p.upstreamError,
 	}
+	p.useUpstream(cfg.Upstream)
 	return p, nil
 }
 
@@ -330,8 +336,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// than trusted to net/http's laxer reading (folded or duplicate
 		// Proxy-Authorization, Transfer-Encoding).
 		x.refuseWith(w, refuseLateConnect)
-	case !p.authenticate(r.Header.Get("Proxy-Authorization"), x):
-		x.refuseWith(w, refuseAuth)
+	case !p.authorizeHTTP(w, &r, x): //nolint:contextcheck // it takes the request's context from r and gives r a new one.
+		// Refused and answered.
 	case !p.acquire():
 		x.refuseWith(w, refuseFull)
 	default:
@@ -507,6 +513,9 @@ func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error)
 // CONNECT port, and for a destination the policy allows 504 on a timeout,
 // 502 otherwise, with a word for the cause in X-Upstream-Error.
 func upstreamRefusal(err error) refusal {
+	if re, ok := isRefused(err); ok {
+		return re.refusal()
+	}
 	if d, ok := isDenied(err); ok {
 		if d.Reason == egress.ReasonPort {
 			return deniedRefusal(d)

@@ -168,6 +168,9 @@ func New(o Options) (*Operator, error) {
 
 	co := o.Controller
 	co.Config, co.Providers, co.Metrics, co.Registerer, co.Tracer = o.Config, providers, m, reg, o.Tracer
+	if co.GatewayImage == "" {
+		co.GatewayImage = o.OwnImage
+	}
 	if err := controller.SetupWithManager(mgr, co); err != nil {
 		return nil, err
 	}

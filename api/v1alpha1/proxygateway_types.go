@@ -1,0 +1,150 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GatewayStrategy is how a gateway picks a member for each plain request and
+// each tunnel.
+// +kubebuilder:validation:Enum=roundRobin;random;leastConnections
+type GatewayStrategy string
+
+const (
+	// GatewayRoundRobin takes the members in turn (the default).
+	GatewayRoundRobin GatewayStrategy = "roundRobin"
+	// GatewayRandom takes a member at random.
+	GatewayRandom GatewayStrategy = "random"
+	// GatewayLeastConnections takes a member with the fewest requests and
+	// tunnels in flight through that gateway replica.
+	GatewayLeastConnections GatewayStrategy = "leastConnections"
+)
+
+// ProxyGatewaySpec is one endpoint in front of the Serving members of one or
+// more ProxyPools: a crawler sends every request to the gateway, which
+// rotates them over the members and chains to each member with the member's
+// credentials, which the crawler never sees.
+//
+// +kubebuilder:validation:XValidation:rule="self.auth != 'None' || (has(self.allowedSourceRanges) && size(self.allowedSourceRanges) > 0)",message="auth None needs allowedSourceRanges: a gateway without authentication must be limited to known source addresses"
+// +kubebuilder:validation:XValidation:rule="self.auth != 'None' || !has(self.allowedSourceRanges) || self.allowedSourceRanges.all(r, !isCIDR(r) || cidr(r).prefixLength() > 0)",message="auth None cannot allow every address (a /0 range such as 0.0.0.0/0 or ::/0): that is an open proxy; use auth Basic or name the clients' networks"
+type ProxyGatewaySpec struct {
+	// pools are the names of ProxyPools in the gateway's namespace whose
+	// Serving members it sends to (their published Secrets <pool>-proxies).
+	// A pool that does not exist yet adds no member until it does.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=50
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Pools []string `json:"pools"`
+
+	// replicas is the number of gateway pods. Every replica places sessions
+	// the same way, so any number may serve one crawler.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// strategy picks a member for each plain request and each tunnel:
+	// roundRobin (the default), random or leastConnections.
+	// +optional
+	// +kubebuilder:default=roundRobin
+	Strategy GatewayStrategy `json:"strategy,omitempty"`
+
+	// auth is how crawlers authenticate to the gateway. Basic (the default)
+	// generates a username and password into the Secret
+	// <gateway>-gateway-credentials, whose url key is ready to use; None
+	// serves without authentication and is only accepted together with
+	// allowedSourceRanges.
+	// +optional
+	// +kubebuilder:default=Basic
+	Auth ProxyAuth `json:"auth,omitempty"`
+
+	// allowedSourceRanges lists the CIDRs whose clients may use the gateway.
+	// Empty means any source with the credentials.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 203.0.113.0/24 or 2001:db8::/32"
+	AllowedSourceRanges []string `json:"allowedSourceRanges,omitempty"`
+
+	// port is the port of the gateway's Service and pods.
+	// +optional
+	// +kubebuilder:default=3128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+}
+
+// ProxyGatewayStatus is what the operator observed of the gateway.
+type ProxyGatewayStatus struct {
+	// endpoint is the gateway's address inside the cluster,
+	// http://<service>.<namespace>.svc:<port>, without credentials (the
+	// credentials Secret's url key has them).
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+	// credentialsSecretName is the Secret with username, password and url;
+	// empty with auth None.
+	// +optional
+	CredentialsSecretName string `json:"credentialsSecretName,omitempty"`
+	// replicas is the number of gateway pods, readyReplicas those ready (a
+	// pod is ready only once it has members to send to).
+	// +optional
+	Replicas int32 `json:"replicas"`
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas"`
+	// members is the number of Serving members of the gateway's pools,
+	// which its pods send to.
+	// +optional
+	Members int32 `json:"members"`
+	// observedGeneration is the generation this status was computed for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready; the reasons are documented in conditions.go.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ProxyGateway runs one endpoint (a Deployment of the operator's image, a
+// Service and a PodDisruptionBudget) in front of the Serving members of one
+// or more ProxyPools: it rotates plain requests and CONNECT tunnels over
+// them, chaining to each member with the member's credentials.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:categories=egress,shortName=pgw
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 50",message="metadata.name must be at most 50 characters: its objects are named <gateway>-gateway and must stay within 63"
+// +kubebuilder:printcolumn:name="Pools",type=string,JSONPath=`.spec.pools`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Members",type=integer,JSONPath=`.status.members`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Strategy",type=string,JSONPath=`.spec.strategy`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+type ProxyGateway struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is what the team asks for.
+	// +required
+	Spec ProxyGatewaySpec `json:"spec"`
+
+	// status is what the operator observed.
+	// +optional
+	Status ProxyGatewayStatus `json:"status,omitzero"`
+}
+
+// ProxyGatewayList is a list of ProxyGateway objects.
+//
+// +kubebuilder:object:root=true
+type ProxyGatewayList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the ProxyGateway objects.
+	Items []ProxyGateway `json:"items"`
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"testing"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+)
+
+// TestRunGatewayServesThePoolsMembers: the gateway subcommand watches the
+// pool's published Secret, is ready only once it names a member, sends a
+// request through that member with the gateway's credentials, and stops
+// cleanly.
+func TestRunGatewayServesThePoolsMembers(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello from the origin")
+	}))
+	t.Cleanup(origin.Close)
+	member, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
+		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, stopMember := context.WithCancel(context.Background())
+	t.Cleanup(stopMember)
+	go func() { _ = forwardproxy.Serve(mctx, mln, member, 0) }()
+
+	cs := fake.NewClientset()
+	env := proxyEnv(map[string]string{envGatewayUsername: "ugw", envGatewayPassword: "gateway-password-123456", envPodNamespace: "crawlers"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type addrs struct{ gw, admin net.Addr }
+	ready := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- serveGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
+			env, func() (kubernetes.Interface, error) { return cs, nil }, logr.Discard(),
+			func(gw, admin net.Addr) { ready <- addrs{gw, admin} })
+	}()
+	var a addrs
+	select {
+	case a = <-ready:
+	case err := <-done:
+		t.Fatalf("serveGateway returned %v before listening", err)
+	}
+	readyz := func() int {
+		resp, err := http.Get("http://" + a.admin.String() + "/readyz")
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := readyz(); got != http.StatusServiceUnavailable {
+		t.Errorf("/readyz without members: %d; want 503", got)
+	}
+	js, _ := json.Marshal([]gateway.Entry{{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()}})
+	if _, err := cs.CoreV1().Secrets("crawlers").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
+		Data: map[string][]byte{gateway.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The pool writes the ConfigMap after the Secret; the gateway watches it.
+	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, proxyWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
+
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.gw.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr, Timeout: proxyWait}).Get(origin.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "hello from the origin" {
+		t.Errorf("GET through the gateway: %s %q", resp.Status, body)
+	}
+	cancel()
+	if err := poll.Receive(t, proxyWait, "serveGateway to stop", done); err != nil {
+		t.Errorf("serveGateway after cancel: %v", err)
+	}
+}
+
+// TestRunGatewayRefuses: bad flags and an open gateway are refused before
+// anything listens.
+func TestRunGatewayRefuses(t *testing.T) {
+	none := func() (kubernetes.Interface, error) { return fake.NewClientset(), nil }
+	for _, tc := range []struct {
+		reason string
+		args   []string
+		env    map[string]string
+	}{
+		{"no pools", nil, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
+		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{envPodNamespace: "ns"}},
+		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
+		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{envPodNamespace: "ns"}},
+		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{envPodNamespace: "ns"}},
+	} {
+		err := serveGateway(context.Background(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"), proxyEnv(tc.env), none, logr.Discard(), nil)
+		if err == nil {
+			t.Errorf("%s: serveGateway returned nil; want an error", tc.reason)
+		} else {
+			t.Logf("%s: %v", tc.reason, err)
+		}
+	}
+}

@@ -1,0 +1,189 @@
+package controller_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+)
+
+const gatewayImage = "registry.example/egress-proxies-operator:test"
+
+func gatewayReady(t *testing.T, ns, name string) *metav1.Condition {
+	t.Helper()
+	var gw crawlv1alpha1.ProxyGateway
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &gw); err != nil {
+		return nil
+	}
+	return apimeta.FindStatusCondition(gw.Status.Conditions, crawlv1alpha1.ConditionReady)
+}
+
+func waitGatewayReason(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	eventually(t, 60*time.Second, func() (bool, string) {
+		c := gatewayReady(t, ns, name)
+		if c == nil {
+			return false, "no Ready condition yet"
+		}
+		return c.Reason == reason, "Ready is " + c.Reason + ": " + c.Message
+	})
+}
+
+// TestGatewayRunsInFrontOfAPool: the operator, with the shipped RBAC,
+// makes a gateway's Deployment (the operator's image, gateway subcommand),
+// Service, PodDisruptionBudget, ServiceAccount, Role, RoleBinding and
+// credentials Secret with a ready url; Ready follows members and ready
+// pods; the gateway pod's identity can watch the pool's published list (a
+// real gateway.Watch sees the members the pool publishes) and read no other
+// Secret; the gateway's password is in no status, event or log line.
+func TestGatewayRunsInFrontOfAPool(t *testing.T) {
+	ns := newNamespace(t)
+	op := startOperator(t, operatorOptions{namespace: ns, opts: controller.Options{GatewayImage: gatewayImage}})
+	ctx := context.Background()
+
+	gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "front"},
+		Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}}}
+	if err := k8s.Create(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayReason(t, ns, "front", crawlv1alpha1.ReasonNoMembers)
+
+	name := "front-gateway"
+	var dep appsv1.Deployment
+	eventually(t, 30*time.Second, func() (bool, string) {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &dep) == nil, "the Deployment"
+	})
+	if got := ptr.Deref(dep.Spec.Replicas, 0); got != 2 {
+		t.Errorf("replicas %d; want the default 2", got)
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	if c.Image != gatewayImage || c.Args[0] != "gateway" || !slices.Contains(c.Args, "--pools=crawl") || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("container: image %q args %q readiness %v", c.Image, c.Args, c.ReadinessProbe)
+	}
+	if dep.Spec.Template.Spec.ServiceAccountName != name {
+		t.Errorf("pods run as %q; want %s", dep.Spec.Template.Spec.ServiceAccountName, name)
+	}
+	for _, obj := range []client.Object{&corev1.Service{}, &policyv1.PodDisruptionBudget{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
+			t.Errorf("%T %s: %v", obj, name, err)
+		}
+	}
+	var role rbacv1.Role
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &role); err != nil {
+		t.Fatal(err)
+	}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"crawl-proxies"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"crawl-proxies"}, Verbs: []string{"get"}},
+	}
+	if !apiEqual(role.Rules, want) {
+		t.Errorf("the gateway's Role: %+v; want %+v", role.Rules, want)
+	}
+	var creds corev1.Secret
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "front-gateway-credentials"}, &creds); err != nil {
+		t.Fatal(err)
+	}
+	user, pass := string(creds.Data["username"]), string(creds.Data["password"])
+	if wantURL := "http://" + user + ":" + pass + "@front-gateway." + ns + ".svc:3128"; string(creds.Data["url"]) != wantURL || len(pass) != 32 {
+		t.Errorf("credentials url %q; want %q", creds.Data["url"], wantURL)
+	}
+
+	// A pool with two Serving members: the gateway has members, but no
+	// pod is ready (envtest runs no kubelet).
+	pool := &crawlv1alpha1.ProxyPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "crawl"},
+		Spec: crawlv1alpha1.ProxyPoolSpec{Replicas: ptr.To[int32](2), Template: crawlv1alpha1.ProxyTemplate{Spec: newProxy(ns, "x").Spec}}}
+	if err := k8s.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayReason(t, ns, "front", crawlv1alpha1.ReasonGatewayNotReady)
+
+	// The gateway pod's identity watches the published list as the pod
+	// would, and sees both members.
+	podCfg := rest.CopyConfig(restConfig)
+	podCfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + name}
+	cs, err := kubernetes.NewForConfig(podCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := gateway.NewSet()
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); gateway.Watch(wctx, cs, ns, []string{"crawl"}, set, nil, logr.Discard()) }()
+	t.Cleanup(func() { stop(); <-done })
+	eventually(t, 30*time.Second, func() (bool, string) { return set.Len() == 2, "the pod's watch sees 2 members" })
+	var members crawlv1alpha1.ProxyList
+	if err := k8s.List(ctx, &members, client.InNamespace(ns)); err != nil || len(members.Items) == 0 {
+		t.Fatalf("members: %v", err)
+	}
+	for _, secret := range []string{members.Items[0].Status.CredentialsSecretName, "front-gateway-credentials"} {
+		if _, err := cs.CoreV1().Secrets(ns).Get(ctx, secret, metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("the gateway pod reads Secret %s: %v; want Forbidden", secret, err)
+		}
+	}
+	if _, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the gateway pod lists Secrets: %v; want Forbidden", err)
+	}
+
+	// A pod becomes ready: the gateway is Ready.
+	dep.Status = appsv1.DeploymentStatus{Replicas: 2, ReadyReplicas: 1, AvailableReplicas: 1, UpdatedReplicas: 2}
+	if err := k8s.Status().Update(ctx, &dep); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayReason(t, ns, "front", crawlv1alpha1.ReasonGatewayReady)
+	if !slices.ContainsFunc(eventsFor(t, ns, "front"), func(e string) bool { return strings.Contains(e, "GatewayReady") }) {
+		t.Errorf("no GatewayReady event: %v", eventsFor(t, ns, "front"))
+	}
+
+	// A gateway whose Service name someone else holds is refused, and the
+	// foreign Service is left as it was.
+	foreign := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-gateway"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	if err := k8s.Create(ctx, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(ctx, &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other"},
+		Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayReason(t, ns, "other", crawlv1alpha1.ReasonGatewayConflict)
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(foreign), foreign); err != nil || len(foreign.OwnerReferences) != 0 || foreign.Spec.Ports[0].Port != 80 {
+		t.Errorf("the foreign Service was changed: %+v %v", foreign, err)
+	}
+
+	var st crawlv1alpha1.ProxyGateway
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "front"}, &st); err != nil {
+		t.Fatal(err)
+	}
+	for what, text := range map[string]string{"status": toJSON(st.Status), "events": strings.Join(eventsFor(t, ns, "front"), "\n"), "logs": op.logs.String()} {
+		if strings.Contains(text, pass) {
+			t.Errorf("the gateway's password is in its %s", what)
+		}
+	}
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func apiEqual(a, b any) bool { return equality.Semantic.DeepEqual(a, b) }

@@ -1,0 +1,200 @@
+package controller
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+)
+
+// The gateway's objects, all named <gateway>-gateway except the credentials
+// Secret, labelled with the managed-by label and crawl.example.com/gateway,
+// and controlled by the ProxyGateway.
+const (
+	labelGateway = "crawl.example.com/gateway"
+	// labelAppName is the pods' app.kubernetes.io/name.
+	labelAppName      = "app.kubernetes.io/name"
+	labelAppNameValue = "egress-proxies-gateway"
+	// gatewayAdminPort serves /healthz, /readyz and /metrics in the pods.
+	gatewayAdminPort = 9090
+	// gatewayUID is the pods' user: the image's nonroot user.
+	gatewayUID = 65532
+)
+
+// gatewayObjectName is the name of a gateway's Deployment, Service,
+// PodDisruptionBudget, ServiceAccount, Role and RoleBinding.
+func gatewayObjectName(gw string) string { return gw + "-gateway" }
+
+// gatewayCredentialsName is the name of a gateway's credentials Secret.
+func gatewayCredentialsName(gw string) string { return gw + "-gateway-credentials" }
+
+// gatewayEndpoint is the gateway's address inside the cluster, without
+// credentials; with user and password, the credentials Secret's url.
+func gatewayEndpoint(gw *crawlv1alpha1.ProxyGateway, user, password string) string {
+	var u *url.Userinfo
+	if user != "" {
+		u = url.UserPassword(user, password)
+	}
+	return published.ProxyURL(gatewayObjectName(gw.Name)+"."+gw.Namespace+".svc", gatewayPort(gw), u)
+}
+
+func gatewayPort(gw *crawlv1alpha1.ProxyGateway) int32 {
+	if gw.Spec.Port == 0 {
+		return 3128
+	}
+	return gw.Spec.Port
+}
+
+func gatewayAuthNone(gw *crawlv1alpha1.ProxyGateway) bool {
+	return gw.Spec.Auth == crawlv1alpha1.ProxyAuthNone
+}
+
+// gatewayLabels are on every object of the gateway.
+func gatewayLabels(gw *crawlv1alpha1.ProxyGateway) map[string]string {
+	return map[string]string{labelManagedBy: labelManagedByValue, labelGateway: gw.Name}
+}
+
+// gatewayPodLabels select the gateway's pods.
+func gatewayPodLabels(gw *crawlv1alpha1.ProxyGateway) map[string]string {
+	return map[string]string{labelAppName: labelAppNameValue, labelGateway: gw.Name}
+}
+
+func gatewayMeta(gw *crawlv1alpha1.ProxyGateway, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: gw.Namespace, Name: name, Labels: gatewayLabels(gw)}
+}
+
+// gatewayServiceAccount is the pods' identity.
+func gatewayServiceAccount(gw *crawlv1alpha1.ProxyGateway) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name))}
+}
+
+// gatewayRole lets the pods watch their pools' published ConfigMaps (no
+// credentials) and get their published Secrets, by name, and nothing else:
+// not the members' own Secrets, not the gateway's credentials (which reach
+// the pods as environment variables). A Role can grant only what the
+// operator holds: it may watch ConfigMaps but only get Secrets, so the pods
+// read the Secret each time the ConfigMap, written after it, changes.
+func gatewayRole(gw *crawlv1alpha1.ProxyGateway) *rbacv1.Role {
+	names := make([]string, 0, len(gw.Spec.Pools))
+	for _, p := range gw.Spec.Pools {
+		names = append(names, published.ListName(p))
+	}
+	return &rbacv1.Role{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: names, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: names, Verbs: []string{"get"}},
+	}}
+}
+
+func gatewayRoleBinding(gw *crawlv1alpha1.ProxyGateway) *rbacv1.RoleBinding {
+	name := gatewayObjectName(gw.Name)
+	return &rbacv1.RoleBinding{ObjectMeta: gatewayMeta(gw, name),
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: gw.Namespace}},
+	}
+}
+
+// gatewayService is the gateway's endpoint.
+func gatewayService(gw *crawlv1alpha1.ProxyGateway) *corev1.Service {
+	port := gatewayPort(gw)
+	return &corev1.Service{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Spec: corev1.ServiceSpec{
+		Type:     corev1.ServiceTypeClusterIP,
+		Selector: gatewayPodLabels(gw),
+		Ports:    []corev1.ServicePort{{Name: "proxy", Port: port, TargetPort: intstr.FromString("proxy"), Protocol: corev1.ProtocolTCP}},
+	}}
+}
+
+// gatewayPDB keeps all but one pod up through voluntary disruptions (node
+// drains), whatever the number of replicas.
+func gatewayPDB(gw *crawlv1alpha1.ProxyGateway) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Spec: policyv1.PodDisruptionBudgetSpec{
+		MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+		Selector:       &metav1.LabelSelector{MatchLabels: gatewayPodLabels(gw)},
+	}}
+}
+
+// gatewayDeployment runs image's gateway subcommand.
+func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Deployment {
+	port := gatewayPort(gw)
+	args := []string{"gateway", "--listen=:" + strconv.Itoa(int(port)), "--admin-listen=:" + strconv.Itoa(gatewayAdminPort),
+		"--pools=" + strings.Join(gw.Spec.Pools, ","), "--strategy=" + string(gatewayStrategy(gw))}
+	if len(gw.Spec.AllowedSourceRanges) > 0 {
+		args = append(args, "--allowed-source-ranges="+strings.Join(gw.Spec.AllowedSourceRanges, ","))
+	}
+	env := []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
+	if !gatewayAuthNone(gw) {
+		ref := func(key string) *corev1.EnvVarSource {
+			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: gatewayCredentialsName(gw.Name)}, Key: key}}
+		}
+		env = append(env, corev1.EnvVar{Name: "GATEWAY_USERNAME", ValueFrom: ref(published.CredentialsKeyUsername)},
+			corev1.EnvVar{Name: "GATEWAY_PASSWORD", ValueFrom: ref(published.CredentialsKeyPassword)})
+	}
+	secCtx := &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+	}
+	if port < 1024 {
+		secCtx.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
+	}
+	admin := intstr.FromString("admin")
+	container := corev1.Container{
+		Name: "gateway", Image: image, Args: args, Env: env,
+		Ports: []corev1.ContainerPort{{Name: "proxy", ContainerPort: port, Protocol: corev1.ProtocolTCP},
+			{Name: "admin", ContainerPort: gatewayAdminPort, Protocol: corev1.ProtocolTCP}},
+		// Ready only with members to send to: a pod without any gets no
+		// traffic from the Service.
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: admin}},
+			PeriodSeconds: 2, TimeoutSeconds: 2},
+		LivenessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: admin}},
+			PeriodSeconds: 10, TimeoutSeconds: 2},
+		SecurityContext: secCtx,
+	}
+	labels := gatewayPodLabels(gw)
+	return &appsv1.Deployment{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Spec: appsv1.DeploymentSpec{
+		Replicas: ptr.To(ptr.Deref(gw.Spec.Replicas, 2)),
+		Selector: &metav1.LabelSelector{MatchLabels: labels},
+		Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: labels},
+			Spec: corev1.PodSpec{
+				ServiceAccountName: gatewayObjectName(gw.Name),
+				// The token is the watch's: the Role above is all it opens.
+				AutomountServiceAccountToken:  ptr.To(true),
+				EnableServiceLinks:            ptr.To(false),
+				TerminationGracePeriodSeconds: ptr.To(int64(30)),
+				SecurityContext: &corev1.PodSecurityContext{
+					RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To(int64(gatewayUID)), RunAsGroup: ptr.To(int64(gatewayUID)),
+					SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				Containers: []corev1.Container{container},
+			},
+		},
+	}}
+}
+
+func gatewayStrategy(gw *crawlv1alpha1.ProxyGateway) crawlv1alpha1.GatewayStrategy {
+	if gw.Spec.Strategy == "" {
+		return crawlv1alpha1.GatewayRoundRobin
+	}
+	return gw.Spec.Strategy
+}
+
+// gatewayObjects are the kinds of the gateway's objects that the reconciler
+// reads through the cache.
+func gatewayObjects() []client.Object {
+	return []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
+		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
+}

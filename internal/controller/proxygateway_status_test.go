@@ -1,0 +1,57 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+)
+
+func TestComputeGatewayStatus(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC))
+	gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "front", Generation: 3},
+		Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"a", "b"}, Port: 8080}}
+	ready := func(replicas, ready int32) *appsv1.Deployment {
+		return &appsv1.Deployment{Status: appsv1.DeploymentStatus{Replicas: replicas, ReadyReplicas: ready}}
+	}
+	for _, tc := range []struct {
+		name, reason string
+		obs          gatewayObservation
+		want         string // the Ready condition's status and reason
+		wantMsg      string
+	}{
+		{name: "ready", reason: "a ready pod and members: the gateway serves",
+			obs: gatewayObservation{deployment: ready(2, 1), members: 4}, want: "True/GatewayReady",
+			wantMsg: "1 of 2 gateway pods ready in front of 4 members."},
+		{name: "no members", reason: "ready pods do not matter without members: the gateway answers 503",
+			obs: gatewayObservation{deployment: ready(2, 2), missingPools: []string{"b"}}, want: "False/NoMembers",
+			wantMsg: "No Serving member in pools a, b; the gateway answers 503 until one serves. ProxyPools not found in namespace crawlers: b."},
+		{name: "pods not ready", reason: "members serve, pods still start",
+			obs: gatewayObservation{deployment: ready(2, 0), members: 1}, want: "False/GatewayNotReady",
+			wantMsg: "1 members serve; no gateway pod is ready yet (see Deployment front-gateway)."},
+		{name: "no deployment yet", reason: "nothing observed of the Deployment counts as not ready",
+			obs: gatewayObservation{members: 1}, want: "False/GatewayNotReady",
+			wantMsg: "1 members serve; no gateway pod is ready yet (see Deployment front-gateway)."},
+		{name: "conflict", reason: "a foreign object wins over everything: it blocks the gateway",
+			obs: gatewayObservation{deployment: ready(2, 2), members: 3, conflict: "Service front-gateway exists"}, want: "False/GatewayConflict",
+			wantMsg: "Service front-gateway exists"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := computeGatewayStatus(gw, tc.obs, now)
+			if st.Endpoint != "http://front-gateway.crawlers.svc:8080" || st.ObservedGeneration != 3 || st.Members != tc.obs.members {
+				t.Errorf("%s: endpoint %q, generation %d, members %d", tc.reason, st.Endpoint, st.ObservedGeneration, st.Members)
+			}
+			if len(st.Conditions) != 1 {
+				t.Fatalf("%s: conditions %v; want Ready only", tc.reason, st.Conditions)
+			}
+			c := st.Conditions[0]
+			if diff := cmp.Diff(tc.want+" "+tc.wantMsg, string(c.Status)+"/"+c.Reason+" "+c.Message); diff != "" {
+				t.Errorf("%s: Ready (-want +got):\n%s", tc.reason, diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,130 @@
+package forwardproxy
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+)
+
+// Upstream is where a Proxy sends what it forwards, in place of reaching
+// destinations itself: a gateway that chains every request to one of a
+// pool's proxies is a Proxy with an Upstream. Without one (Config.Upstream
+// nil) a Proxy dials destinations directly, within its egress policy.
+//
+// Everything before the Upstream stays the Proxy's: the source ranges, the
+// strict CONNECT parser, the concurrency and connection caps, the header,
+// idle and drain timeouts, the access log and the metrics.
+type Upstream interface {
+	// Authorize checks a request's Proxy-Authorization value ("" when
+	// absent), in place of Config's Username and Password, after the
+	// source check. It returns the context the request goes on with (what
+	// the credentials say, for RoundTrip and DialTunnel to read), or an
+	// error: a *RefusedError is answered as it says, any other error with
+	// 407.
+	Authorize(ctx context.Context, proxyAuthorization string) (context.Context, error)
+	// RoundTrip forwards an absolute-form HTTP request, its hop-by-hop
+	// headers and Proxy-Authorization already removed. An error is
+	// answered with 502 (504 for a timeout), or as a *RefusedError says.
+	RoundTrip(req *http.Request) (*http.Response, error)
+	// DialTunnel returns a connection to target (host:port) for a CONNECT
+	// tunnel; bytes written to it reach the target and bytes read from it
+	// come from there. ctx is what Authorize returned; it ends with the
+	// Proxy's server. An error is answered like RoundTrip's, before the
+	// client got any byte.
+	DialTunnel(ctx context.Context, target string) (net.Conn, error)
+}
+
+// RefusedError is an Upstream's refusal with its own answer: Code and
+// Message (a sentence for the client, which must name no secret), with one
+// header when Header is set. Err, when set, is the cause, for the access
+// log.
+type RefusedError struct {
+	Code    int
+	Message string
+	// Header and Value are one header of the answer, such as Retry-After.
+	Header, Value string
+	Err           error
+}
+
+func (e *RefusedError) Error() string {
+	if e.Err != nil {
+		return e.Message + ": " + e.Err.Error()
+	}
+	return e.Message
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refusal is how the Proxy answers e.
+func (e *RefusedError) refusal() refusal {
+	return refusal{code: e.Code, msg: e.Message, key: e.Header, value: e.Value}
+}
+
+// authorize runs the credentials check of a request: the Upstream's when
+// there is one, the Proxy's own Basic credentials otherwise. It returns the
+// context to go on with, or the refusal to answer.
+func (p *Proxy) authorize(ctx context.Context, proxyAuthorization string, x *exchange) (context.Context, refusal, bool) {
+	if p.upstream == nil {
+		if !p.authenticate(proxyAuthorization, x) {
+			return ctx, refuseAuth, false
+		}
+		return ctx, refusal{}, true
+	}
+	next, err := p.upstream.Authorize(ctx, proxyAuthorization)
+	if err != nil {
+		x.err = err
+		if re, ok := isRefused(err); ok {
+			return ctx, re.refusal(), false
+		}
+		return ctx, refuseAuth, false
+	}
+	return next, refusal{}, true
+}
+
+// authorizeHTTP is authorize for a request read by net/http: on success
+// *r carries the new context; on a refusal the answer is written.
+func (p *Proxy) authorizeHTTP(w http.ResponseWriter, r **http.Request, x *exchange) bool {
+	ctx, ref, ok := p.authorize((*r).Context(), (*r).Header.Get("Proxy-Authorization"), x)
+	if !ok {
+		x.refuseWith(w, ref)
+		return false
+	}
+	*r = (*r).WithContext(ctx)
+	return true
+}
+
+// authorizeConn is authorize for a CONNECT read by Serve's own parser: on
+// success *ctx is the new context; on a refusal it is written on c.
+func (p *Proxy) authorizeConn(ctx *context.Context, c net.Conn, proxyAuthorization string, x *exchange) bool {
+	next, ref, ok := p.authorize(*ctx, proxyAuthorization, x)
+	if !ok {
+		x.refuseConn(c, ref)
+		return false
+	}
+	*ctx = next
+	return true
+}
+
+// dialTarget opens the upstream end of a CONNECT tunnel: through the
+// Upstream, or by dialing target within the egress policy.
+func (p *Proxy) dialTarget(ctx context.Context, target string) (net.Conn, error) {
+	if p.upstream != nil {
+		return p.upstream.DialTunnel(ctx, target)
+	}
+	return p.dial(ctx, "tcp", target)
+}
+
+// useUpstream makes the Proxy forward through u; New calls it last.
+func (p *Proxy) useUpstream(u Upstream) {
+	if u == nil {
+		return
+	}
+	p.upstream = u
+	p.forwarder.Transport = u
+}
+
+// isRefused reports whether err carries an Upstream's own answer.
+func isRefused(err error) (*RefusedError, bool) {
+	return errors.AsType[*RefusedError](err)
+}

@@ -1,0 +1,186 @@
+package forwardproxy_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+)
+
+type routeKey struct{}
+
+// recordingUpstream is an Upstream that accepts one Proxy-Authorization
+// value, puts a route name in the context, and forwards to loopback
+// destinations itself (which the Proxy's own egress policy would refuse):
+// so a request that reaches a destination went through it.
+type recordingUpstream struct {
+	accept string
+	refuse *forwardproxy.RefusedError // returned by DialTunnel and RoundTrip when set
+
+	mu     sync.Mutex
+	routes []string // the route each RoundTrip and DialTunnel saw
+}
+
+func (u *recordingUpstream) Authorize(ctx context.Context, value string) (context.Context, error) {
+	switch value {
+	case u.accept:
+		return context.WithValue(ctx, routeKey{}, "route-a"), nil
+	case "Basic bad-option":
+		return ctx, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "unknown option; options are: session", Header: "X-Why", Value: "option"}
+	}
+	return ctx, errors.New("wrong credentials")
+}
+
+func (u *recordingUpstream) saw(ctx context.Context) {
+	r, _ := ctx.Value(routeKey{}).(string)
+	u.mu.Lock()
+	u.routes = append(u.routes, r)
+	u.mu.Unlock()
+}
+
+func (u *recordingUpstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	u.saw(req.Context())
+	if u.refuse != nil {
+		return nil, u.refuse
+	}
+	if req.Header.Get("Proxy-Authorization") != "" {
+		return nil, errors.New("Proxy-Authorization reached the upstream")
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+func (u *recordingUpstream) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
+	u.saw(ctx)
+	if u.refuse != nil {
+		return nil, u.refuse
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", target)
+}
+
+func (u *recordingUpstream) seen() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.routes...)
+}
+
+// TestUpstreamCarriesRequestsAndTunnels: with an Upstream, plain requests
+// and both CONNECT paths (Serve's parser, and net/http after another
+// request) go through it with the context Authorize returned, to
+// destinations the Proxy's own policy would refuse (loopback); wrong
+// credentials get 407 and an Upstream's refusal its own answer.
+func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
+	up := &recordingUpstream{accept: basic(testUser, testPassword)}
+	h := start(t, forwardproxy.Config{Upstream: up, Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}}}, wait)
+	o := newOrigin(t)
+
+	resp, err := h.client(t, testUser, testPassword).Get(o.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "hello GET /x" {
+		t.Fatalf("GET through the upstream: %s %q", resp.Status, body)
+	}
+
+	e := newEchoServer(t)
+	c, br := tunnel(t, h.addr, e.addr, basic(testUser, testPassword), "")
+	if got, err := echo(c, br, "ping"); err != nil || got != "ping" {
+		t.Fatalf("tunnel through the upstream: %q, %v", got, err)
+	}
+	_ = c.Close()
+
+	// A CONNECT after a plain request on one connection is read by net/http.
+	conn, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n"
+	_, _ = io.WriteString(conn, "GET "+o.URL+"/y HTTP/1.1\r\nHost: "+strings.TrimPrefix(o.URL, "http://")+"\r\n"+auth+"\r\n")
+	cbr := bufio.NewReader(conn)
+	r1, err := http.ReadResponse(cbr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, r1.Body)
+	_ = r1.Body.Close()
+	_, _ = io.WriteString(conn, "CONNECT "+e.addr+" HTTP/1.1\r\nHost: "+e.addr+"\r\n"+auth+"\r\n")
+	r2, err := http.ReadResponse(cbr, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r2.Body.Close()
+	if r2.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT after a request: %s", r2.Status)
+	}
+	_ = conn.Close()
+
+	if got := up.seen(); len(got) != 4 || strings.Count(strings.Join(got, ","), "route-a") != 4 {
+		t.Errorf("the upstream saw routes %q; want route-a for each of the 4 requests", got)
+	}
+
+	resp, err = h.client(t, testUser, "wrong").Get(o.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusProxyAuthRequired {
+		t.Errorf("wrong credentials: %s; want 407", resp.Status)
+	}
+	for _, path := range []string{"http", "connect"} {
+		var code int
+		var why string
+		if path == "http" {
+			req, _ := http.NewRequest(http.MethodGet, o.URL, nil)
+			req.Header.Set("Proxy-Authorization", "Basic bad-option")
+			tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: h.addr})}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			code, why = resp.StatusCode, resp.Header.Get("X-Why")
+		} else {
+			code, why = connectAnswer(t, h.addr, e.addr, "Basic bad-option", "X-Why")
+		}
+		if code != http.StatusBadRequest || why != "option" {
+			t.Errorf("%s with a refused option: %d %q; want the upstream's 400 with its header", path, code, why)
+		}
+	}
+
+	up.refuse = &forwardproxy.RefusedError{Code: http.StatusTooManyRequests, Message: "every member is at its limit", Header: "Retry-After", Value: "1"}
+	if code, retry := connectAnswer(t, h.addr, e.addr, basic(testUser, testPassword), "Retry-After"); code != http.StatusTooManyRequests || retry != "1" {
+		t.Errorf("CONNECT the upstream refuses: %d Retry-After %q; want 429 with 1", code, retry)
+	}
+}
+
+// connectAnswer sends one CONNECT on a new connection and returns the
+// status of the proxy's answer and its header named header.
+func connectAnswer(t *testing.T, proxyAddr, target, auth, header string) (int, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", proxyAddr, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	_, _ = io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\nProxy-Authorization: "+auth+"\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get(header)
+}

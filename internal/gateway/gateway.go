@@ -1,0 +1,527 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+)
+
+// Strategy is how a request or tunnel picks its member among those it may
+// use.
+type Strategy string
+
+// The strategies.
+const (
+	// RoundRobin takes the members in turn (the default).
+	RoundRobin Strategy = "roundRobin"
+	// Random takes a member at random.
+	Random Strategy = "random"
+	// LeastConnections takes a member with the fewest requests and tunnels
+	// in flight through this gateway, the earliest in turn among equals.
+	LeastConnections Strategy = "leastConnections"
+)
+
+// Defaults of Config's zero values.
+const (
+	// DefaultDialTimeout bounds the dial to a member and, for a tunnel,
+	// its answer to CONNECT.
+	DefaultDialTimeout = 10 * time.Second
+	// DefaultResponseHeaderTimeout bounds the wait for a member's answer
+	// to a plain request.
+	DefaultResponseHeaderTimeout = time.Minute
+	// DefaultIdleTimeout closes idle keep-alive connections to members.
+	DefaultIdleTimeout = 90 * time.Second
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// Members are the proxies it sends to; required.
+	Members *Set
+	// Username and Password are what clients authenticate with; both
+	// empty means no authentication (the serving Proxy's source ranges
+	// must then say who may use it).
+	Username, Password string
+	// Strategy picks members; empty means RoundRobin.
+	Strategy Strategy
+	// DialTimeout, ResponseHeaderTimeout and IdleTimeout: see the
+	// defaults.
+	DialTimeout, ResponseHeaderTimeout, IdleTimeout time.Duration
+	// Metrics, when set, counts per pool and member.
+	Metrics *Metrics
+	// Log receives a line per member failure at V(1); it never holds a
+	// member's credentials.
+	Log logr.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Gateway is the forwardproxy.Upstream of a pool gateway: it checks the
+// gateway's own credentials and sends each plain request, and each tunnel,
+// through one member, with the member's credentials. It dials member proxies
+// only, never a destination.
+type Gateway struct {
+	members   *Set
+	auth      *credentials // nil: no authentication
+	strategy  Strategy
+	dial      time.Duration
+	next      atomic.Uint64 // round-robin position
+	transport *http.Transport
+	metrics   *Metrics
+	log       logr.Logger
+	now       func() time.Time
+}
+
+var _ forwardproxy.Upstream = (*Gateway)(nil)
+
+// New checks cfg and builds a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Members == nil {
+		return nil, errors.New("gateway: no member set")
+	}
+	if (cfg.Username == "") != (cfg.Password == "") {
+		return nil, errors.New("gateway: username and password must be set together")
+	}
+	if strings.ContainsAny(cfg.Username, ":-") {
+		return nil, errors.New("gateway: the username must not contain a colon or a dash (options follow it after dashes)")
+	}
+	switch cfg.Strategy {
+	case "":
+		cfg.Strategy = RoundRobin
+	case RoundRobin, Random, LeastConnections:
+	default:
+		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
+	}
+	g := &Gateway{members: cfg.Members, strategy: cfg.Strategy, dial: orDefault(cfg.DialTimeout, DefaultDialTimeout),
+		metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if cfg.Username != "" {
+		g.auth = &credentials{user: sha256.Sum256([]byte(cfg.Username)), pass: sha256.Sum256([]byte(cfg.Password)), userLen: len(cfg.Username)}
+	}
+	dialer := &net.Dialer{KeepAlive: -1}
+	g.transport = &http.Transport{
+		// Every plain request goes to the member its context names, in
+		// absolute form, with the member's credentials from its URL.
+		Proxy: func(req *http.Request) (*url.URL, error) {
+			m, ok := req.Context().Value(memberKey{}).(*Member)
+			if !ok {
+				return nil, errNoMember
+			}
+			return m.target.url, nil
+		},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			// Only ever the member's own address: a request never
+			// reaches its destination from the gateway itself.
+			m, ok := ctx.Value(memberKey{}).(*Member)
+			if !ok || addr != m.target.host {
+				return nil, errNoMember
+			}
+			ctx, cancel := context.WithTimeout(ctx, g.dial)
+			defer cancel()
+			return dialer.DialContext(ctx, network, addr)
+		},
+		DisableCompression:    true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
+		ResponseHeaderTimeout: orDefault(cfg.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
+		ExpectContinueTimeout: time.Second,
+	}
+	return g, nil
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// CloseIdleConnections closes idle keep-alive connections to members.
+func (g *Gateway) CloseIdleConnections() { g.transport.CloseIdleConnections() }
+
+// errNoMember is a Transport call without a member; it is a bug.
+var errNoMember = errors.New("gateway: request without a member")
+
+type memberKey struct{}
+
+// credentials are the gateway's own, kept as digests (see
+// forwardproxy's basicAuth).
+type credentials struct {
+	user, pass [sha256.Size]byte
+	userLen    int
+}
+
+type routeKey struct{}
+
+// Authorize implements forwardproxy.Upstream: the gateway's credentials,
+// then the options after the username (see parseOptions). Credentials are
+// checked first, so that a client without them learns nothing of the
+// options.
+func (g *Gateway) Authorize(ctx context.Context, value string) (context.Context, error) {
+	user, pass, ok := parseBasic(value)
+	// The username proper ends at the first dash; options follow.
+	base, opts, hasOpts := strings.Cut(user, "-")
+	if g.auth != nil {
+		if !ok {
+			return ctx, errBadCredentials
+		}
+		u, p := sha256.Sum256([]byte(base)), sha256.Sum256([]byte(pass))
+		if subtle.ConstantTimeCompare(u[:], g.auth.user[:])&subtle.ConstantTimeCompare(p[:], g.auth.pass[:]) != 1 {
+			return ctx, errBadCredentials
+		}
+	}
+	rest := ""
+	if hasOpts {
+		rest = "-" + opts
+	}
+	rt, err := parseOptions(rest)
+	if err != nil {
+		return ctx, err
+	}
+	return context.WithValue(ctx, routeKey{}, rt), nil
+}
+
+var errBadCredentials = errors.New("wrong or missing gateway credentials")
+
+// parseBasic decodes a Proxy-Authorization Basic value.
+func parseBasic(value string) (user, pass string, ok bool) {
+	scheme, encoded, ok := strings.Cut(strings.TrimSpace(value), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(encoded))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(raw), ":")
+}
+
+// pick chooses the member of one request or tunnel, or refuses it: among
+// the members the route allows and that sit out no cool-down, the session's
+// place, or the strategy's choice.
+func (g *Gateway) pick(rt *route) (*Member, error) {
+	all, err := rt.restrict(g.members.Members())
+	if err != nil {
+		return nil, err
+	}
+	now := g.now()
+	candidates := make([]*Member, 0, len(all))
+	for _, m := range all {
+		if !m.state.ejected(now) {
+			candidates = append(candidates, m)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil, &forwardproxy.RefusedError{Code: http.StatusServiceUnavailable,
+			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1"}
+	}
+	if rt != nil && rt.session != "" {
+		return place(sessionKey(rt.session, rt.ttl, now), candidates), nil
+	}
+	return g.choose(candidates), nil
+}
+
+// choose applies the strategy to candidates (not empty).
+func (g *Gateway) choose(candidates []*Member) *Member {
+	switch g.strategy {
+	case Random:
+		return candidates[rand.IntN(len(candidates))] //nolint:gosec // G404: spreading load, not a secret.
+	case LeastConnections:
+		start := int(g.next.Add(1) % uint64(len(candidates))) //nolint:gosec // G115: below len(candidates).
+		best := candidates[start]
+		for i := 1; i < len(candidates); i++ {
+			m := candidates[(start+i)%len(candidates)]
+			if m.state.active.Load() < best.state.active.Load() {
+				best = m
+			}
+		}
+		return best
+	case RoundRobin:
+	}
+	return candidates[int((g.next.Add(1)-1)%uint64(len(candidates)))] //nolint:gosec // G115: below len(candidates).
+}
+
+// RoundTrip implements forwardproxy.Upstream: the request goes through one
+// member.
+func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
+	rt, _ := req.Context().Value(routeKey{}).(*route)
+	if id := req.Header.Get(SessionHeader); id != "" || len(req.Header.Values(SessionHeader)) > 0 {
+		// The header is the gateway's: it never reaches the destination.
+		if len(req.Header.Values(SessionHeader)) > 1 {
+			return nil, badOption("one %s header at most", SessionHeader)
+		}
+		if err := checkSessionID(id); err != nil {
+			return nil, err
+		}
+		if rt == nil {
+			rt = &route{}
+		}
+		if rt.session == "" {
+			withSession := *rt
+			withSession.session = id
+			rt = &withSession
+		}
+		req = req.Clone(req.Context())
+		req.Header.Del(SessionHeader)
+	}
+	m, err := g.pick(rt)
+	if err != nil {
+		return nil, err
+	}
+	release := g.begin(m, MethodHTTP)
+	resp, err := g.transport.RoundTrip(req.WithContext(context.WithValue(req.Context(), memberKey{}, m)))
+	if err != nil {
+		release()
+		g.failed(m, causeOf(err), err)
+		return nil, fmt.Errorf("member %s: %w", m, err)
+	}
+	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+	return resp, nil
+}
+
+// DialTunnel implements forwardproxy.Upstream: a CONNECT through one
+// member.
+func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
+	if strings.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
+	}
+	rt, _ := ctx.Value(routeKey{}).(*route)
+	m, err := g.pick(rt)
+	if err != nil {
+		return nil, err
+	}
+	release := g.begin(m, MethodConnect)
+	c, err := g.connect(ctx, m, target)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return c.withRelease(release), nil
+}
+
+// begin counts a request or tunnel on m; the function it returns ends it.
+func (g *Gateway) begin(m *Member, method string) func() {
+	m.state.active.Add(1)
+	if g.metrics != nil {
+		g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { m.state.active.Add(-1) }) }
+}
+
+// failed records a failed attempt on m.
+func (g *Gateway) failed(m *Member, cause string, err error) {
+	if g.metrics != nil {
+		g.metrics.failures.WithLabelValues(m.Pool, m.Name, cause).Inc()
+	}
+	g.log.V(1).Info("member failed", "member", m.String(), "cause", cause, "error", err.Error())
+}
+
+// connect opens a tunnel to target through m: it dials the member, sends
+// CONNECT with the member's credentials and reads its answer.
+func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunnelConn, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.dial)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", m.target.host)
+	if err != nil {
+		g.failed(m, causeOf(err), err)
+		return nil, fmt.Errorf("member %s: %w", m, err)
+	}
+	deadline, _ := ctx.Deadline()
+	_ = c.SetDeadline(deadline)
+	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
+	if m.target.auth != "" {
+		req += "Proxy-Authorization: " + m.target.auth + "\r\n"
+	}
+	br := bufio.NewReaderSize(c, 1024)
+	var resp *http.Response
+	if _, err = io.WriteString(c, req+"\r\n"); err == nil {
+		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	}
+	if err != nil {
+		_ = c.Close()
+		g.failed(m, causeOf(err), err)
+		return nil, fmt.Errorf("member %s: CONNECT: %w", m, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		_ = resp.Body.Close()
+		_ = c.Close()
+		cause := "status-" + strconv.Itoa(resp.StatusCode)
+		g.failed(m, cause, errors.New(resp.Status))
+		return nil, memberRefusal(m, resp)
+	}
+	_ = c.SetDeadline(time.Time{})
+	tc := &tunnelConn{Conn: c}
+	if n := br.Buffered(); n > 0 {
+		// Bytes the destination sent right after the member's answer.
+		tc.early, _ = br.Peek(n)
+		tc.early = append([]byte(nil), tc.early...)
+	}
+	return tc, nil
+}
+
+// memberRefusal is the answer to a tunnel the member refused: its status,
+// and the egress policy's reason when it gives one.
+func memberRefusal(m *Member, resp *http.Response) error {
+	re := &forwardproxy.RefusedError{Code: resp.StatusCode, Message: "the member proxy refused the tunnel: " + resp.Status,
+		Err: fmt.Errorf("member %s answered %s", m, resp.Status)}
+	switch resp.StatusCode {
+	case http.StatusProxyAuthRequired, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		re.Code = http.StatusBadGateway
+	}
+	if why := resp.Header.Get("X-Egress-Denied"); why != "" && isToken(why) {
+		re.Header, re.Value = "X-Egress-Denied", why
+	}
+	return re
+}
+
+// isToken reports whether s is a short word safe to repeat in a header.
+func isToken(s string) bool {
+	if len(s) > 32 {
+		return false
+	}
+	for _, r := range s {
+		if r != '-' && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// causeOf names the kind of a failed attempt, for the failures metric.
+func causeOf(err error) string {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return "timeout"
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return "refused"
+	}
+	return "error"
+}
+
+// releasingBody ends a request's count on its member when the body is
+// closed.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+// tunnelConn is the upstream end of a tunnel through a member. It keeps the
+// TCP connection's half-close and raw access, which the forward proxy's
+// relay uses, and ends the tunnel's count on its member when closed.
+type tunnelConn struct {
+	net.Conn
+	early   []byte // read after the member's answer, returned first
+	release func()
+	mu      sync.Mutex
+}
+
+func (c *tunnelConn) withRelease(release func()) net.Conn {
+	c.release = release
+	if len(c.early) == 0 {
+		return &rawTunnelConn{tunnelConn: c}
+	}
+	return c
+}
+
+func (c *tunnelConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.early) > 0 {
+		n := copy(b, c.early)
+		c.early = c.early[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(b)
+}
+
+func (c *tunnelConn) Close() error {
+	err := c.Conn.Close()
+	if c.release != nil {
+		c.release()
+	}
+	return err
+}
+
+// CloseWrite shuts the write half, for a client that ended its stream.
+func (c *tunnelConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// rawTunnelConn is a tunnelConn with nothing read ahead: the relay may read
+// its socket directly.
+type rawTunnelConn struct{ *tunnelConn }
+
+// SyscallConn gives the relay the raw socket.
+func (c *rawTunnelConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
+}
+
+// ProxyOptions are the forward proxy's settings in front of a Gateway.
+type ProxyOptions struct {
+	// AllowedSourceRanges are the clients served; empty: any client with
+	// the gateway's credentials.
+	AllowedSourceRanges []netip.Prefix
+	// AllowOpen must be set to run without credentials and without
+	// source ranges.
+	AllowOpen bool
+	// MaxConcurrent and IdleTimeout: see forwardproxy.Config.
+	MaxConcurrent int
+	IdleTimeout   time.Duration
+	// Metrics and Log are the forward proxy's.
+	Metrics *forwardproxy.Metrics
+	Log     logr.Logger
+}
+
+// NewProxy returns the forward proxy that serves g: everything in front of
+// the members (source ranges, parser, caps, timeouts) is the product's
+// forward proxy. It refuses an open gateway unless o.AllowOpen says so.
+func NewProxy(g *Gateway, o ProxyOptions) (*forwardproxy.Proxy, error) {
+	if g.auth == nil && len(o.AllowedSourceRanges) == 0 && !o.AllowOpen {
+		return nil, errors.New("gateway: refusing to run an open gateway: set credentials or allowed source ranges")
+	}
+	return forwardproxy.New(forwardproxy.Config{
+		Upstream: g, AllowedSourceRanges: o.AllowedSourceRanges, AllowOpen: o.AllowOpen,
+		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log,
+		// The members apply their own egress policy, ports included; the
+		// gateway reaches no destination itself.
+		Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}},
+	})
+}

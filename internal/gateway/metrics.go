@@ -1,0 +1,43 @@
+package gateway
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Values of the method label.
+const (
+	// MethodHTTP labels plain (absolute-form) requests.
+	MethodHTTP = "HTTP"
+	// MethodConnect labels CONNECT tunnels.
+	MethodConnect = "CONNECT"
+)
+
+// Metrics are the gateway's collectors, per pool and member. Build them
+// once with NewMetrics and pass them in Config.Metrics.
+type Metrics struct {
+	requests *prometheus.CounterVec
+	failures *prometheus.CounterVec
+	members  *prometheus.GaugeVec
+}
+
+// NewMetrics creates the collectors and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "egress_proxies", Name: "gateway_requests_total",
+			Help: "Requests (HTTP) and tunnels (CONNECT) the gateway sent through a member, by pool, member and method.",
+		}, []string{"pool", "member", "method"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "egress_proxies", Name: "gateway_member_failures_total",
+			Help: "Attempts through a member that failed before the client got an answer, by pool, member and cause (refused, timeout, error, status-<code>).",
+		}, []string{"pool", "member", "cause"}),
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "egress_proxies", Name: "gateway_members",
+			Help: "Members the gateway may send to, by pool.",
+		}, []string{"pool"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.failures, m.members} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

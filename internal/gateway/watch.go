@@ -1,0 +1,161 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Bounds of the retries of a Secret read that failed.
+const (
+	retryFirst = 200 * time.Millisecond
+	retryMax   = 30 * time.Second
+)
+
+// Watch keeps set equal to the published lists of pools in namespace until
+// ctx is done. A pool publishes its list twice, in the Secret <pool>-proxies
+// (with credentials) and then in the ConfigMap of the same name (without):
+// Watch watches each ConfigMap by name and, whenever it changes, reads the
+// Secret by name. So the gateway needs get on those Secrets only and a
+// watch on those ConfigMaps only (a Role with resourceNames, which the
+// operator can grant without the right to watch Secrets itself), and reads
+// no mounted file: a member that starts serving is used as soon as the list
+// names it. A list that goes away empties its pool; a Secret that cannot be
+// read is retried with backoff; a list that does not parse is logged
+// (without its content) and the pool keeps the members it had.
+func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *Set, m *Metrics, log logr.Logger) {
+	var wg sync.WaitGroup
+	for _, pool := range pools {
+		w := &poolWatch{pool: pool, name: ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
+			changed: make(chan struct{}, 1)}
+		selector := fields.OneTermEqualSelector("metadata.name", w.name).String()
+		cms := cs.CoreV1().ConfigMaps(namespace)
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = selector
+				return cms.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = selector
+				return cms.Watch(ctx, o)
+			},
+		}
+		signal := func(obj any) {
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
+				w.gone.Store(false)
+				w.signal()
+			}
+		}
+		_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+			// The client says whether it streams lists (a fake does not).
+			ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, cs),
+			ObjectType:    &corev1.ConfigMap{},
+			Handler: cache.ResourceEventHandlerFuncs{
+				AddFunc:    signal,
+				UpdateFunc: func(_, obj any) { signal(obj) },
+				// The pool is gone (or its list): no members from it,
+				// whether or not its Secret went yet.
+				DeleteFunc: func(obj any) {
+					if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+						obj = d.Obj
+					}
+					if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
+						w.gone.Store(true)
+						w.signal()
+					}
+				},
+			},
+		})
+		wg.Go(func() { informer.RunWithContext(ctx) })
+		wg.Go(func() { w.run(ctx) })
+	}
+	wg.Wait()
+}
+
+// poolWatch reads one pool's Secret whenever its ConfigMap changed.
+type poolWatch struct {
+	pool, name, namespace string
+	cs                    kubernetes.Interface
+	set                   *Set
+	m                     *Metrics
+	log                   logr.Logger
+	changed               chan struct{} // one pending signal at most
+	gone                  atomic.Bool   // the ConfigMap was deleted
+}
+
+func (w *poolWatch) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// run reads the Secret after each signal, retrying a failed read with
+// backoff, until ctx is done.
+func (w *poolWatch) run(ctx context.Context) {
+	delay := time.Duration(0)
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.changed:
+		case <-retry:
+		}
+		retry = nil
+		if err := w.read(ctx); err != nil {
+			delay = min(max(2*delay, retryFirst), retryMax)
+			w.log.Error(err, "reading the published list; retrying", "secret", w.name, "in", delay)
+			timer := time.NewTimer(delay)
+			retry = timer.C
+			context.AfterFunc(ctx, func() { timer.Stop() })
+			continue
+		}
+		delay = 0
+	}
+}
+
+// read applies the Secret's list to the set.
+func (w *poolWatch) read(ctx context.Context) error {
+	var s *corev1.Secret
+	var err error = apierrors.NewNotFound(corev1.Resource("configmaps"), w.name)
+	if !w.gone.Load() {
+		s, err = w.cs.CoreV1().Secrets(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		w.set.Update(w.pool, nil)
+		w.m.setMembers(w.pool, 0)
+		w.log.Info("the published list is gone; no members from this pool", "secret", w.name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	list, err := ParseList(s.Data[ListKeyJSON])
+	if err != nil {
+		w.log.Error(err, "the published list cannot be read; keeping the members known", "secret", w.name)
+		return nil
+	}
+	w.set.Update(w.pool, list)
+	w.m.setMembers(w.pool, len(list))
+	w.log.V(1).Info("members updated", "members", len(list))
+	return nil
+}
+
+// setMembers records the number of members of pool; m may be nil.
+func (m *Metrics) setMembers(pool string, n int) {
+	if m != nil {
+		m.members.WithLabelValues(pool).Set(float64(n))
+	}
+}
