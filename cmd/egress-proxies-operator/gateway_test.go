@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"testing"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,7 +78,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	}
 	js, _ := json.Marshal([]gateway.Entry{{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()}})
 	if _, err := cs.CoreV1().Secrets("crawlers").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
-		Data: map[string][]byte{gateway.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
+		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The pool writes the ConfigMap after the Secret; the gateway watches it.

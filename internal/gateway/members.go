@@ -12,25 +12,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
-// ListKeyJSON is the key of a pool's published Secret <pool>-proxies that
-// the gateway reads: a JSON list of the Serving members, with credentials.
-const ListKeyJSON = "proxies.json"
-
-// ListName is the name of a pool's published Secret.
-func ListName(pool string) string { return pool + "-proxies" }
-
 // Entry is one member as a pool's published list describes it (an object
-// of proxies.json). Its URL holds the member's credentials: an Entry is
-// never printed, only its Name.
-type Entry struct {
-	Name     string `json:"name"`
-	URL      string `json:"url"`
-	Provider string `json:"provider"`
-	Zone     string `json:"zone"`
-	EgressIP string `json:"egressIP,omitempty"`
-}
+// of proxies.json, api/v1alpha1/published). Its URL holds the member's
+// credentials: an Entry is never printed, only its Name.
+type Entry = published.ListEntry
 
 // ParseList reads proxies.json. An entry without a name or with a URL that
 // is not http://[user:password@]host:port is an error; the error names the
@@ -39,14 +28,14 @@ func ParseList(data []byte) ([]Entry, error) {
 	var entries []Entry
 	if err := json.Unmarshal(data, &entries); err != nil {
 		// The JSON decoder's message may quote a piece of the input.
-		return nil, fmt.Errorf("%s is not a JSON list of members", ListKeyJSON)
+		return nil, fmt.Errorf("%s is not a JSON list of members", published.ListKeyJSON)
 	}
 	for i, e := range entries {
 		if e.Name == "" {
-			return nil, fmt.Errorf("%s: entry %d has no name", ListKeyJSON, i)
+			return nil, fmt.Errorf("%s: entry %d has no name", published.ListKeyJSON, i)
 		}
 		if _, err := parseMemberURL(e.URL); err != nil {
-			return nil, fmt.Errorf("%s: member %s: %w", ListKeyJSON, e.Name, err)
+			return nil, fmt.Errorf("%s: member %s: %w", published.ListKeyJSON, e.Name, err)
 		}
 	}
 	return entries, nil

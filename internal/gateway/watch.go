@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,7 +39,7 @@ const (
 func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *Set, m *Metrics, log logr.Logger) {
 	var wg sync.WaitGroup
 	for _, pool := range pools {
-		w := &poolWatch{pool: pool, name: ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
+		w := &poolWatch{pool: pool, name: published.ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
 			changed: make(chan struct{}, 1)}
 		selector := fields.OneTermEqualSelector("metadata.name", w.name).String()
 		cms := cs.CoreV1().ConfigMaps(namespace)
@@ -142,7 +144,7 @@ func (w *poolWatch) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	list, err := ParseList(s.Data[ListKeyJSON])
+	list, err := ParseList(s.Data[published.ListKeyJSON])
 	if err != nil {
 		w.log.Error(err, "the published list cannot be read; keeping the members known", "secret", w.name)
 		return nil

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -47,8 +49,8 @@ func listSecret(t *testing.T, pool string, es ...gateway.Entry) *corev1.Secret {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: gateway.ListName(pool)},
-		Data: map[string][]byte{gateway.ListKeyJSON: js}}
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: published.ListName(pool)},
+		Data: map[string][]byte{published.ListKeyJSON: js}}
 }
 
 func names(set *gateway.Set) []string {
@@ -86,7 +88,7 @@ func TestWatchFollowsThePublishedLists(t *testing.T) {
 	publish(t, cs, "a", e("a-2"), e("a-3"))
 	expect("a changed", "a/a-2", "a/a-3", "b/b-1")
 	bad := listSecret(t, "b")
-	bad.Data[gateway.ListKeyJSON] = []byte("not json")
+	bad.Data[published.ListKeyJSON] = []byte("not json")
 	if _, err := secrets.Update(ctx, bad, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +96,10 @@ func TestWatchFollowsThePublishedLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, cs, "c", e("c-1"))
-	if err := cs.CoreV1().ConfigMaps("crawlers").Delete(ctx, gateway.ListName("a"), metav1.DeleteOptions{}); err != nil {
+	if err := cs.CoreV1().ConfigMaps("crawlers").Delete(ctx, published.ListName("a"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := secrets.Delete(ctx, gateway.ListName("a"), metav1.DeleteOptions{}); err != nil {
+	if err := secrets.Delete(ctx, published.ListName("a"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect("a deleted, b unreadable, c not a pool of the gateway", "b/b-1")
