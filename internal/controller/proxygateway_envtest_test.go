@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -150,9 +151,11 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitGatewayReason(t, ns, "front", crawlv1alpha1.ReasonGatewayReady)
-	if !slices.ContainsFunc(eventsFor(t, ns, "front"), func(e string) bool { return strings.Contains(e, "GatewayReady") }) {
-		t.Errorf("no GatewayReady event: %v", eventsFor(t, ns, "front"))
-	}
+	// Events are sent by the recorder's own goroutine, after the status.
+	eventually(t, 30*time.Second, func() (bool, string) {
+		es := eventsFor(t, ns, "front")
+		return slices.ContainsFunc(es, func(e string) bool { return strings.Contains(e, "GatewayReady") }), fmt.Sprintf("a GatewayReady event among %v", es)
+	})
 
 	// A gateway whose Service name someone else holds is refused, and the
 	// foreign Service is left as it was.
