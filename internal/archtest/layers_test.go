@@ -45,14 +45,14 @@ func exact(ps ...string) func(string) bool {
 // developer tools under hack/ and the simulator's command. It may import
 // anything; nothing of the product may import it.
 func testSupport(pkg string) bool {
-	return prefix("internal/testing", "internal/e2e", "internal/archtest", "internal/manifests", "hack", "cmd/pvesim")(pkg) ||
+	return prefix("internal/testing", "internal/e2e", "internal/archtest", "internal/manifests", "internal/monitoring", "hack", "cmd/pvesim")(pkg) ||
 		strings.HasSuffix(pkg, "test") // providertest, ownershiptest
 }
 
 // layers is the table, lowest first.
 var layers = []layer{
 	{name: "test support", match: testSupport,
-		imports: []string{"test support", "api", "base", "provider", "provider types", "controller", "setup"}},
+		imports: []string{"test support", "api", "base", "provider", "provider types", "controller", "setup", "client"}},
 	{name: "api", match: prefix("api")},
 	{name: "base", match: exact(
 		"internal/config", "internal/keyedlock", "internal/sharedread", "internal/ownership",
@@ -63,7 +63,10 @@ var layers = []layer{
 	{name: "provider types", match: prefix("internal/provider"), imports: []string{"api", "base", "provider"}},
 	{name: "controller", match: prefix("internal/controller"), imports: []string{"api", "base", "provider"}},
 	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "provider", "provider types", "controller"}},
-	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "provider", "provider types", "controller", "setup"}},
+	// A client of the API (the kubectl plugin) sees only the API's types,
+	// never the control plane.
+	{name: "client", match: exact("internal/kubectlegress"), imports: []string{"api"}},
+	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "provider", "provider types", "controller", "setup", "client"}},
 }
 
 func layerOf(pkg string) (layer, bool) {
