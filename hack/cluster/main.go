@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -20,10 +21,18 @@ import (
 )
 
 func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// run is main with its deferred cleanup (the signal handler's stop), which
+// a log.Fatal in main itself would skip.
+func run() error {
 	images := flag.String("images", "", "comma-separated docker-format tarballs to import (make image writes bin/egress-proxies-operator-image.tar)")
 	flag.Parse()
 	if why := kubelab.Supported(); why != "" {
-		log.Fatal(why)
+		return errors.New(why)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -34,14 +43,13 @@ func main() {
 	c, err := kubelab.New(ctx, kubelab.Options{Images: tarballs, Logf: log.Printf})
 	if err != nil {
 		if c != nil {
+			// Not ctx: Ctrl-C may have ended it, the diagnostics are wanted still.
 			fmt.Fprintln(os.Stderr, c.Diagnostics(context.Background()))
 			_ = c.Stop()
 		}
-		log.Fatal(err)
+		return err
 	}
 	fmt.Printf("\nThe cluster is up. In another shell:\n\n  export KUBECONFIG=%s\n  %s/kubectl get nodes\n\nCtrl-C tears it down.\n", c.Kubeconfig, c.Bin)
 	<-ctx.Done()
-	if err := c.Stop(); err != nil {
-		log.Fatal(err)
-	}
+	return c.Stop()
 }

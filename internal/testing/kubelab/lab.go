@@ -123,11 +123,11 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := takeSlot(30 * time.Minute)
+	s, err := takeSlot(ctx, 30*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.sweep(logf); err != nil {
+	if err := s.sweep(logf); err != nil { //nolint:contextcheck // sweeping is cleanup that must run to its end even when ctx ends.
 		s.release()
 		return nil, fmt.Errorf("sweeping what a killed world left in slot %d: %w", s.n, err)
 	}
@@ -158,10 +158,10 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 	if err := saveSysctls(c.slot.n); err != nil {
 		return fmt.Errorf("saving the sysctls the kubelet changes: %w", err)
 	}
-	if err := c.network(); err != nil {
+	if err := c.network(ctx); err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
-	if err := c.mountNamespace(); err != nil {
+	if err := c.mountNamespace(ctx); err != nil {
 		return fmt.Errorf("mount namespace: %w", err)
 	}
 	if err := makeCgroups(c.slot.cgroup); err != nil {
@@ -184,7 +184,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 
 // network creates the namespace, the veth pair and the one host route (see
 // the package doc).
-func (c *Cluster) network() error {
+func (c *Cluster) network(ctx context.Context) error {
 	s := c.slot
 	inNS := func(args ...string) []string { return append([]string{"-n", s.netns}, args...) }
 	for _, args := range [][]string{
@@ -197,19 +197,19 @@ func (c *Cluster) network() error {
 		inNS("link", "set", s.nodeVeth, "up"),
 		{"route", "add", s.podCIDR.String(), "via", s.nodeIP.String(), "dev", s.hostVeth},
 	} {
-		if err := run("ip", args...); err != nil {
+		if err := run(ctx, "ip", args...); err != nil {
 			return err
 		}
 	}
 	// Forwarding between the pods' bridge and the veth, inside only.
-	return run("nsenter", "--net=/run/netns/"+s.netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	return run(ctx, "nsenter", "--net=/run/netns/"+s.netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 }
 
 // mountNamespace starts the holder, a process in the world's network
 // namespace and a private mount namespace, and bind-mounts the world's
 // directories there over the paths of privatePaths.
-func (c *Cluster) mountNamespace() error {
-	holder, err := start(c.Dir, "holder", "nsenter", "--net=/run/netns/"+c.slot.netns, "--",
+func (c *Cluster) mountNamespace(ctx context.Context) error {
+	holder, err := start(ctx, c.Dir, "holder", "nsenter", "--net=/run/netns/"+c.slot.netns, "--",
 		"unshare", "--mount", "--propagation", "private", "--", "sleep", "infinity")
 	if err != nil {
 		return err
@@ -220,7 +220,7 @@ func (c *Cluster) mountNamespace() error {
 		return err
 	}
 	pid := holder.cmd.Process.Pid
-	if err := poll.Wait(context.Background(), time.Minute, func() (bool, string) {
+	if err := poll.Wait(ctx, time.Minute, func() (bool, string) {
 		if err := holder.exited(); err != nil {
 			return true, ""
 		}
@@ -244,7 +244,7 @@ func (c *Cluster) mountNamespace() error {
 			c.mountPoints = append(c.mountPoints, target)
 		}
 		argv := c.inWorld("mount", "--bind", src, target)
-		if err := run(argv[0], argv[1:]...); err != nil {
+		if err := run(ctx, argv[0], argv[1:]...); err != nil {
 			return err
 		}
 	}
@@ -292,8 +292,8 @@ func (c *Cluster) certificates() error {
 }
 
 // daemon starts one of the world's processes in its namespaces.
-func (c *Cluster) daemon(name string, argv ...string) error {
-	p, err := start(c.Dir, name, c.inWorld(argv...)...)
+func (c *Cluster) daemon(ctx context.Context, name string, argv ...string) error {
+	p, err := start(ctx, c.Dir, name, c.inWorld(argv...)...)
 	if err != nil {
 		return err
 	}
@@ -342,12 +342,12 @@ func (c *Cluster) wait(ctx context.Context, what string, timeout time.Duration, 
 func (c *Cluster) controlPlane(ctx context.Context) error {
 	p := c.pki.path
 	bin := func(n string) string { return filepath.Join(c.Bin, n) }
-	if err := c.daemon("etcd", bin("etcd"), "--data-dir", filepath.Join(c.Dir, "etcd"),
+	if err := c.daemon(ctx, "etcd", bin("etcd"), "--data-dir", filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls", "http://127.0.0.1:2379", "--advertise-client-urls", "http://127.0.0.1:2379",
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--unsafe-no-fsync", "--log-level", "warn"); err != nil {
 		return err
 	}
-	if err := c.daemon("kube-apiserver", bin("kube-apiserver"),
+	if err := c.daemon(ctx, "kube-apiserver", bin("kube-apiserver"),
 		"--etcd-servers", "http://127.0.0.1:2379",
 		"--bind-address", "0.0.0.0", "--secure-port", "6443", "--advertise-address", c.NodeIP.String(),
 		"--service-cluster-ip-range", serviceCIDR,
@@ -378,7 +378,7 @@ func (c *Cluster) controlPlane(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := c.daemon("kube-controller-manager", bin("kube-controller-manager"),
+	if err := c.daemon(ctx, "kube-controller-manager", bin("kube-controller-manager"),
 		"--kubeconfig", p("controller-manager.kubeconfig"),
 		"--authentication-kubeconfig", p("controller-manager.kubeconfig"),
 		"--authorization-kubeconfig", p("controller-manager.kubeconfig"),
@@ -389,7 +389,7 @@ func (c *Cluster) controlPlane(ctx context.Context) error {
 		"--service-cluster-ip-range", serviceCIDR); err != nil {
 		return err
 	}
-	return c.daemon("kube-scheduler", bin("kube-scheduler"),
+	return c.daemon(ctx, "kube-scheduler", bin("kube-scheduler"),
 		"--kubeconfig", p("scheduler.kubeconfig"),
 		"--authentication-kubeconfig", p("scheduler.kubeconfig"),
 		"--authorization-kubeconfig", p("scheduler.kubeconfig"),
@@ -397,11 +397,11 @@ func (c *Cluster) controlPlane(ctx context.Context) error {
 }
 
 func (c *Cluster) node(ctx context.Context, images []string) error {
-	if err := c.daemon("containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml")); err != nil {
+	if err := c.daemon(ctx, "containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml")); err != nil {
 		return err
 	}
 	if err := c.wait(ctx, "containerd to answer", 2*time.Minute, func() error {
-		return run("ctr", "--address", c.containerdSocket(), "version")
+		return run(ctx, "ctr", "--address", c.containerdSocket(), "version")
 	}); err != nil {
 		return err
 	}
@@ -410,14 +410,14 @@ func (c *Cluster) node(ctx context.Context, images []string) error {
 		return err
 	}
 	for _, img := range append([]string{pause}, images...) {
-		if err := c.ImportImage(img); err != nil {
+		if err := c.ImportImage(ctx, img); err != nil {
 			return err
 		}
 	}
-	if err := c.daemon("kube-proxy", filepath.Join(c.Bin, "kube-proxy"), "--config", filepath.Join(c.Dir, "kube-proxy", "config.yaml")); err != nil {
+	if err := c.daemon(ctx, "kube-proxy", filepath.Join(c.Bin, "kube-proxy"), "--config", filepath.Join(c.Dir, "kube-proxy", "config.yaml")); err != nil {
 		return err
 	}
-	if err := c.daemon("kubelet", filepath.Join(c.Bin, "kubelet"),
+	if err := c.daemon(ctx, "kubelet", filepath.Join(c.Bin, "kubelet"),
 		"--config", filepath.Join(c.Dir, "kubelet", "config.yaml"),
 		"--kubeconfig", c.pki.path("kubelet.kubeconfig"),
 		"--root-dir", filepath.Join(c.Dir, "kubelet"),
@@ -452,9 +452,9 @@ func (c *Cluster) node(ctx context.Context, images []string) error {
 
 // ImportImage imports a docker-format tarball into the node's containerd
 // (the k8s.io namespace the kubelet's CRI uses).
-func (c *Cluster) ImportImage(tarball string) error {
+func (c *Cluster) ImportImage(ctx context.Context, tarball string) error {
 	began := time.Now()
-	if err := run("ctr", "--address", c.containerdSocket(), "-n", "k8s.io", "images", "import", tarball); err != nil {
+	if err := run(ctx, "ctr", "--address", c.containerdSocket(), "-n", "k8s.io", "images", "import", tarball); err != nil {
 		return err
 	}
 	c.logf("kubelab: imported %s in %s", filepath.Base(tarball), time.Since(began).Round(time.Millisecond))

@@ -66,7 +66,10 @@ func newPKI(dir string) (*pki, error) {
 	if err := writePEM(p.path("sa.pub"), "PUBLIC KEY", pub); err != nil {
 		return nil, err
 	}
-	return p, p.writeKey("sa", sa)
+	if err := p.writeKey("sa", sa); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }

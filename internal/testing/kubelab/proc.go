@@ -26,8 +26,8 @@ func command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, name, args...) //nolint:gosec // G204: the world's own programs and arguments.
 }
 
-func run(name string, args ...string) error {
-	out, err := command(context.Background(), name, args...).CombinedOutput()
+func run(ctx context.Context, name string, args ...string) error {
+	out, err := command(ctx, name, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
@@ -36,14 +36,16 @@ func run(name string, args ...string) error {
 
 // start runs argv with its output in <dir>/log/<name>.log, in a process
 // group of its own (a terminal's ^C reaches the test, which tears down in
-// order) and killed with the test process if that dies first.
-func start(dir, name string, argv ...string) (*proc, error) {
+// order) and killed with the test process if that dies first. It outlives
+// ctx (only its values are kept): a world's processes run until its
+// teardown, which runs after the test's context has ended.
+func start(ctx context.Context, dir, name string, argv ...string) (*proc, error) {
 	logPath := filepath.Join(dir, "log", name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // G304: the world's own log.
 	if err != nil {
 		return nil, err
 	}
-	cmd := command(context.Background(), argv[0], argv[1:]...)
+	cmd := command(context.WithoutCancel(ctx), argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

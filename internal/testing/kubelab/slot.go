@@ -41,7 +41,8 @@ type slot struct {
 
 func newSlot(n int) slot {
 	base := 32 * n
-	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, byte(base + i)}) }
+	// base+i < 256: n < slots (8) and i < 32, so base+i <= 7*32+31 = 255.
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, byte(base + i)}) } //nolint:gosec // G115: bounded by 255, see above.
 	return slot{
 		n:        n,
 		netns:    fmt.Sprintf("epo-kubelab-%d", n),
@@ -80,13 +81,13 @@ func slotLockPath(n int) string { return filepath.Join(stateDir, "slot-"+strconv
 
 // takeSlot locks the first free slot, waiting (up to wait) for one when all
 // eight are taken.
-func takeSlot(wait time.Duration) (slot, error) {
+func takeSlot(ctx context.Context, wait time.Duration) (slot, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return slot{}, err
 	}
 	var got slot
 	var lockErr error
-	err := poll.Wait(context.Background(), wait, func() (bool, string) {
+	err := poll.Wait(ctx, wait, func() (bool, string) {
 		for n := range slots {
 			f, err := flock(slotLockPath(n), false)
 			if errors.Is(err, syscall.EWOULDBLOCK) {
@@ -134,7 +135,10 @@ func (s *slot) release() {
 // sweep removes whatever a world of this slot left: it runs before a world
 // starts (a killed one's leftovers) and as the last step of its teardown.
 // Each step goes on when the previous one failed; the errors are joined.
+// It takes no context: cleanup runs to its end, also in a teardown that
+// runs after the test's context has ended.
 func (s slot) sweep(logf func(string, ...any)) error {
+	ctx := context.Background()
 	var errs []error
 	// The pods' processes are in the slot's cgroups, the daemons and the
 	// containerd shims in its network namespace; kill both until none is
@@ -149,20 +153,20 @@ func (s slot) sweep(logf func(string, ...any)) error {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		waitGone(pids, 5*time.Second)
+		waitGone(ctx, pids, 5*time.Second)
 	}
 	if left := append(cgroupPIDs(s.cgroup), netnsPIDs(s.netns)...); len(left) > 0 {
 		errs = append(errs, fmt.Errorf("processes %v of slot %d would not die", left, s.n))
 	}
-	if _, err := os.Stat(filepath.Join("/run/netns", s.netns)); err == nil {
-		if err := run("ip", "netns", "del", s.netns); err != nil {
+	if _, err := os.Stat("/run/netns/" + s.netns); err == nil {
+		if err := run(ctx, "ip", "netns", "del", s.netns); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	// The host end normally goes with the namespace (its peer); the route
 	// with the interface.
-	if _, err := os.Stat(filepath.Join("/sys/class/net", s.hostVeth)); err == nil {
-		if err := run("ip", "link", "del", s.hostVeth); err != nil {
+	if _, err := os.Stat("/sys/class/net/" + s.hostVeth); err == nil {
+		if err := run(ctx, "ip", "link", "del", s.hostVeth); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -183,7 +187,7 @@ func (s slot) sweep(logf func(string, ...any)) error {
 // netnsPIDs lists the processes in the named network namespace.
 func netnsPIDs(name string) []int {
 	var want syscall.Stat_t
-	if err := syscall.Stat(filepath.Join("/run/netns", name), &want); err != nil {
+	if err := syscall.Stat("/run/netns/"+name, &want); err != nil {
 		return nil
 	}
 	var out []int
@@ -214,8 +218,8 @@ func allPIDs() []int {
 }
 
 // waitGone waits until none of pids exists, for at most d.
-func waitGone(pids []int, d time.Duration) {
-	_ = poll.Wait(context.Background(), d, func() (bool, string) {
+func waitGone(ctx context.Context, pids []int, d time.Duration) {
+	_ = poll.Wait(ctx, d, func() (bool, string) {
 		for _, pid := range pids {
 			if alive(pid) {
 				return false, "pid " + strconv.Itoa(pid) + " alive"
@@ -228,7 +232,7 @@ func waitGone(pids []int, d time.Duration) {
 // alive reports whether pid runs: a zombie does not (its parent, perhaps
 // the machine's init, reaps it in its own time).
 func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat") //nolint:gosec // G304: procfs.
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return false
 	}

@@ -62,12 +62,12 @@ func TestTakeSlotSkipsHeldOnes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the slots' locks live in /run, writable by root")
 	}
-	a, err := takeSlot(0)
+	a, err := takeSlot(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.release()
-	b, err := takeSlot(0)
+	b, err := takeSlot(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func needRoot(t *testing.T) {
 // certificates, containerd with the pause image imported.
 func runtimeWorld(t *testing.T, pause string) *Cluster {
 	t.Helper()
-	s, err := takeSlot(10 * time.Minute)
+	s, err := takeSlot(t.Context(), 10*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,20 +56,20 @@ func runtimeWorld(t *testing.T, pause string) *Cluster {
 	for _, step := range []func() error{
 		func() error { return os.MkdirAll(filepath.Join(c.Dir, "log"), 0o700) },
 		func() error { return saveSysctls(s.n) },
-		c.network,
-		c.mountNamespace,
+		func() error { return c.network(t.Context()) },
+		func() error { return c.mountNamespace(t.Context()) },
 		func() error { return makeCgroups(s.cgroup) },
 		c.certificates,
 		c.writeConfigs,
 		func() error {
-			return c.daemon("containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml"))
+			return c.daemon(t.Context(), "containerd", "containerd", "--config", filepath.Join(c.Dir, "containerd", "config.toml"))
 		},
 		func() error {
 			return c.wait(t.Context(), "containerd to answer", 5*time.Minute, func() error {
-				return run("ctr", "--address", c.containerdSocket(), "version")
+				return run(t.Context(), "ctr", "--address", c.containerdSocket(), "version")
 			})
 		},
-		func() error { return c.ImportImage(pause) },
+		func() error { return c.ImportImage(t.Context(), pause) },
 	} {
 		if err := step(); err != nil {
 			t.Fatal(err)
@@ -81,10 +81,10 @@ func runtimeWorld(t *testing.T, pause string) *Cluster {
 // leftovers lists what a world of slot s may leave on the machine.
 func leftovers(s slot, createdMountPoints []string) []string {
 	var left []string
-	if _, err := os.Stat(filepath.Join("/run/netns", s.netns)); err == nil {
+	if _, err := os.Stat("/run/netns/" + s.netns); err == nil {
 		left = append(left, "netns "+s.netns)
 	}
-	if _, err := os.Stat(filepath.Join("/sys/class/net", s.hostVeth)); err == nil {
+	if _, err := os.Stat("/sys/class/net/" + s.hostVeth); err == nil {
 		left = append(left, "link "+s.hostVeth)
 	}
 	if out, err := exec.CommandContext(context.Background(), "ip", "route", "show", s.podCIDR.String()).Output(); err == nil && strings.TrimSpace(string(out)) != "" {
@@ -182,7 +182,7 @@ func TestKilledWorldIsSwept(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := filepath.Join(t.TempDir(), "ready")
-	cmd := exec.CommandContext(t.Context(), self, "-test.run", "^TestKilledWorldIsSwept$", "-test.timeout", "20m") //nolint:gosec // G204: this very test binary.
+	cmd := exec.CommandContext(t.Context(), self, "-test.run", "^TestKilledWorldIsSwept$", "-test.timeout", "20m")
 	cmd.Env = append(os.Environ(), "KUBELAB_CHILD=1", "KUBELAB_PAUSE="+pause, "KUBELAB_READY="+ready)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -199,7 +199,7 @@ func TestKilledWorldIsSwept(t *testing.T) {
 	var s slot
 	for n := range slots {
 		cand := newSlot(n)
-		if _, err := os.Stat(filepath.Join("/run/netns", cand.netns)); err == nil {
+		if _, err := os.Stat("/run/netns/" + cand.netns); err == nil {
 			if f, err := flock(slotLockPath(n), false); err == nil {
 				_ = f.Close()
 				continue
@@ -212,7 +212,7 @@ func TestKilledWorldIsSwept(t *testing.T) {
 		t.Fatal("no slot of the child's found")
 	}
 	_ = cmd.Process.Kill()
-	<-done
+	t.Logf("the child world, killed: %v", <-done)
 	if left := leftovers(s, nil); len(left) == 0 {
 		t.Fatal("the killed world left nothing: the test proves nothing")
 	}
