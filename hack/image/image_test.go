@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -14,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/registry"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
+	v1 "github.com/google/go-containerregistry/pkg/v1" //nolint:revive // goimports writes this alias: a last path element like v1 reads as a major version, not a package name.
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
@@ -50,7 +51,7 @@ func layerFiles(t *testing.T, l v1.Layer) []layerFile {
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {
@@ -164,7 +165,7 @@ func TestTarballIsDockerFormat(t *testing.T) {
 	if entries, err := os.ReadDir(filepath.Dir(out)); err != nil || len(entries) != 1 {
 		t.Errorf("want the tarball alone in its directory, got %v (%v)", entries, err)
 	}
-	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(out) }) //nolint:gosec // G304: the test's own file.
+	m, err := tarball.LoadManifest(func() (io.ReadCloser, error) { return os.Open(out) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,9 @@ func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 	}
 	_ = c.Close()
 
-	// A CONNECT after a plain request on one connection is read by net/http.
+	// A CONNECT after a plain request on one connection is read by
+	// net/http, whose parser is laxer: it is refused before the Upstream
+	// sees it, as without one.
 	conn, err := net.Dial("tcp", h.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -122,13 +124,13 @@ func TestUpstreamCarriesRequestsAndTunnels(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = r2.Body.Close()
-	if r2.StatusCode != http.StatusOK {
-		t.Fatalf("CONNECT after a request: %s", r2.Status)
+	if r2.StatusCode != http.StatusBadRequest {
+		t.Fatalf("CONNECT after a request: %s; want 400 Bad Request", r2.Status)
 	}
 	_ = conn.Close()
 
-	if got := up.seen(); len(got) != 4 || strings.Count(strings.Join(got, ","), "route-a") != 4 {
-		t.Errorf("the upstream saw routes %q; want route-a for each of the 4 requests", got)
+	if got := up.seen(); len(got) != 3 || strings.Count(strings.Join(got, ","), "route-a") != 3 {
+		t.Errorf("the upstream saw routes %q; want route-a for each of the 3 requests it was given", got)
 	}
 
 	resp, err = h.client(t, testUser, "wrong").Get(o.URL)

@@ -20,7 +20,7 @@ import (
 func checkImageBuild(makefile string, c *corev1.Container) error {
 	var errs []error
 	goBuild := regexp.MustCompile(`(?m)^GO_BUILD\s*=\s*(.*)$`).FindStringSubmatch(makefile)
-	if goBuild == nil || !strings.Contains(goBuild[1], "CGO_ENABLED=0") || !strings.Contains(goBuild[1], "-trimpath") {
+	if len(goBuild) < 2 || !strings.Contains(goBuild[1], "CGO_ENABLED=0") || !strings.Contains(goBuild[1], "-trimpath") {
 		errs = append(errs, errors.New("GO_BUILD must build with CGO_ENABLED=0 and -trimpath (a static binary in a FROM-scratch image)"))
 	}
 	recipe := regexp.MustCompile(`(?ms)^image:.*?\n((?:\t.*\n)+)`).FindStringSubmatch(makefile)

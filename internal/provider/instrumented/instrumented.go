@@ -187,6 +187,9 @@ func (w *wrapped) Supports(op provider.Op) bool {
 	case provider.OpSweep:
 		_, ok := provider.AsSweeper(w.next)
 		return ok
+	case provider.OpCreate, provider.OpGet, provider.OpDelete, provider.OpListByTag:
+		// The contract's own operations: not optional.
+		return false
 	}
 	return false
 }

@@ -632,7 +632,7 @@ func TestSweeperOnlyWhenWrappedIsSweeper(t *testing.T) {
 			if !sweeps {
 				// The one wrapper type has Sweep anyway: called by mistake,
 				// it must not reach the provider nor claim a removal.
-				n, err := h.wrapped.(provider.Sweeper).Sweep(context.Background())
+				n, err := h.wrapped.(provider.Sweeper).Sweep(context.Background()) //nolint:errcheck // the one wrapper type always has Sweep; the point is calling it by mistake.
 				if n != 0 || !provider.IsPermanent(err) {
 					t.Errorf("Sweep of a provider that does not sweep = %d, %v; want 0 and a Permanent error", n, err)
 				}
