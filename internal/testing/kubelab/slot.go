@@ -165,9 +165,14 @@ func (s slot) sweep(logf func(string, ...any)) error {
 	}
 	// The host end normally goes with the namespace (its peer); the route
 	// with the interface.
+	// The kernel removes the peer after `ip netns del` returns, so the
+	// interface may go between the look and the delete: only one that is
+	// still there after a failed delete is an error.
 	if _, err := os.Stat("/sys/class/net/" + s.hostVeth); err == nil {
 		if err := run(ctx, "ip", "link", "del", s.hostVeth); err != nil {
-			errs = append(errs, err)
+			if _, still := os.Stat("/sys/class/net/" + s.hostVeth); still == nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := removeCgroups(s.cgroup); err != nil {
