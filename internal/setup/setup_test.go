@@ -33,6 +33,16 @@ func kinds(o cache.Options) map[string][]string {
 	return out
 }
 
+// controllersOwn is what the controllers cache whatever the entries: the
+// ConfigMaps they publish and a gateway's objects, each by the managed-by
+// label, in every namespace.
+func controllersOwn(more map[string][]string) map[string][]string {
+	out := map[string][]string{"ConfigMap": {}, "Deployment": {}, "PodDisruptionBudget": {}, "Role": {},
+		"RoleBinding": {}, "Service": {}, "ServiceAccount": {}}
+	maps.Copy(out, more)
+	return out
+}
+
 func TestCacheOptions(t *testing.T) {
 	k8sEntry := func(name, ns string) config.Entry {
 		return config.Entry{Name: name, Type: kubernetes.TypeName, Block: &kubernetes.Block{Namespace: ns}}
@@ -53,19 +63,19 @@ func TestCacheOptions(t *testing.T) {
 	}{
 		{
 			name: "proxmox only", reason: "a type without cache needs adds nothing; the controllers cache no Secret " +
-				"(a cluster-wide Secret cache needs the right to read every Secret: #12 item 10), only their ConfigMaps",
+				"(a cluster-wide Secret cache needs the right to read every Secret: #12 item 10), only their own objects",
 			entries: []config.Entry{pveEntry}, types: Types,
-			want: map[string][]string{"ConfigMap": {}},
+			want: controllersOwn(nil),
 		},
 		{
 			name: "kubernetes entries", reason: "pods and their Secrets are cached in the namespaces of the kubernetes entries only",
 			entries: []config.Entry{k8sEntry("a", "pods-a"), pveEntry, k8sEntry("b", "pods-b")}, types: Types,
-			want: map[string][]string{"ConfigMap": {}, "Secret": {"pods-a", "pods-b"}, "Pod": {"pods-a", "pods-b"}},
+			want: controllersOwn(map[string][]string{"Secret": {"pods-a", "pods-b"}, "Pod": {"pods-a", "pods-b"}}),
 		},
 		{
 			name: "type without entries", reason: "a registered type with no entry asks for nothing",
 			entries: []config.Entry{pveEntry}, types: provider.Types{proxmox.Type, podsAgain},
-			want: map[string][]string{"ConfigMap": {}},
+			want: controllersOwn(nil),
 		},
 		{
 			name: "two types want pods", reason: "merging two types' pod selectors would hide one from the other",
