@@ -85,6 +85,7 @@ func TestHelmInstall(t *testing.T) {
 	operatorBefore := operatorPods(t, cl)
 
 	t.Run("upgrade", func(t *testing.T) {
+		ctx := t.Context()
 		// A changed flag rolls the operator; the fleet must not notice.
 		if _, err := helm(ctx, c, append([]string{"upgrade", release, chart, "--set", "controller.resyncInterval=4m"}, install...)...); err != nil {
 			t.Fatal(err)
@@ -118,6 +119,7 @@ func TestHelmInstall(t *testing.T) {
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
+		ctx := t.Context()
 		// The Proxies go while the operator runs, as docs/helm.md asks.
 		if err := cl.DeleteAllOf(ctx, &crawlv1alpha1.Proxy{}, client.InNamespace(servedNS)); err != nil {
 			t.Fatal(err)
