@@ -91,10 +91,8 @@ const (
 	goneTimeout   = 5 * time.Minute
 )
 
-// tierCluster skips unless the tier is on, builds the image once per test
-// process (`make image`, as users build it) and starts a cluster with it
-// imported. On failure it prints the operator's logs.
-func tierCluster(t *testing.T) *kubelab.Cluster {
+// tierOn skips the test unless the tier is on and the machine can run it.
+func tierOn(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the cluster tier does not run in -short mode")
@@ -105,6 +103,15 @@ func tierCluster(t *testing.T) *kubelab.Cluster {
 	if why := kubelab.Supported(); why != "" && os.Getenv("CI") != "true" {
 		t.Skip(why)
 	}
+}
+
+// tierCluster skips unless the tier is on, builds the image once per test
+// process (`make image`, as users build it) and starts a cluster with it
+// and the images of more imported. On failure it prints the operator's
+// logs.
+func tierCluster(t *testing.T, more ...string) *kubelab.Cluster {
+	t.Helper()
+	tierOn(t)
 	imageOnce.Do(func() {
 		began := time.Now()
 		imagePath = filepath.Join(imageDir, "image.tar")
@@ -114,7 +121,7 @@ func tierCluster(t *testing.T) *kubelab.Cluster {
 	if errImage != nil {
 		t.Fatal(errImage)
 	}
-	c := kubelab.Start(t, kubelab.Options{Images: []string{imagePath}})
+	c := kubelab.Start(t, kubelab.Options{Images: append([]string{imagePath}, more...)})
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, err := c.Kubectl(context.Background(), "", "-n", operatorNS, "logs", "deployment/"+deployment, "--all-containers", "--tail=300")
