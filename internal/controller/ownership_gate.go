@@ -206,7 +206,7 @@ func ownershipCondition(entry string, c keyCheck, keyID string, now time.Time) *
 		cond.Message = fmt.Sprintf("Started afresh with the ownership key %s, as the annotation %s says. The %d instances made with the old key "+
 			"are never touched and may still serve with their old passwords: remove them by hand. They are: %s.",
 			keyID, crawlv1alpha1.AnnotationStartAfresh, len(c.unverified), listInstances(c.unverified))
-	default:
+	case keyVerified:
 		cond.Status, cond.Reason = metav1.ConditionTrue, crawlv1alpha1.ReasonKeyVerified
 		cond.Message = fmt.Sprintf("%d instances verify with the ownership key %s.", c.verified, keyID)
 		if len(c.unverified) > 0 {
