@@ -11,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -89,7 +91,11 @@ const (
 	goneTimeout   = 5 * time.Minute
 )
 
-func TestShippedInstall(t *testing.T) {
+// tierCluster skips unless the tier is on, builds the image once per test
+// process (`make image`, as users build it) and starts a cluster with it
+// imported. On failure it prints the operator's logs.
+func tierCluster(t *testing.T) *kubelab.Cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the cluster tier does not run in -short mode")
 	}
@@ -99,23 +105,50 @@ func TestShippedInstall(t *testing.T) {
 	if why := kubelab.Supported(); why != "" && os.Getenv("CI") != "true" {
 		t.Skip(why)
 	}
-	ctx := t.Context()
-	work := t.TempDir()
-	// The image as users build it.
-	began := time.Now()
-	image := filepath.Join(work, "image.tar")
-	if err := kubelab.Make(ctx, "image", "IMAGE_TAR="+image, "BIN_DIR="+filepath.Join(work, "bin")); err != nil {
-		t.Fatal(err)
+	imageOnce.Do(func() {
+		began := time.Now()
+		imagePath = filepath.Join(imageDir, "image.tar")
+		imageErr = kubelab.Make(t.Context(), "image", "IMAGE_TAR="+imagePath, "BIN_DIR="+filepath.Join(imageDir, "bin"))
+		t.Logf("make image: %s", time.Since(began).Round(time.Millisecond))
+	})
+	if imageErr != nil {
+		t.Fatal(imageErr)
 	}
-	t.Logf("make image: %s", time.Since(began).Round(time.Millisecond))
-	c := kubelab.Start(t, kubelab.Options{Images: []string{image}})
+	c := kubelab.Start(t, kubelab.Options{Images: []string{imagePath}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, err := c.Kubectl(context.Background(), "", "-n", operatorNS, "logs", "deployment/"+deployment, "--all-containers", "--tail=300")
 			t.Logf("operator logs:\n%s%v", out, err)
 		}
 	})
+	return c
+}
 
+// The image is built once for the tests of this process, in imageDir,
+// which TestMain removes.
+var (
+	imageDir  string
+	imageOnce sync.Once
+	imagePath string
+	imageErr  error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if imageDir, err = os.MkdirTemp("", "egress-cluster-image-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(imageDir)
+	os.Exit(code)
+}
+
+func TestShippedInstall(t *testing.T) {
+	c := tierCluster(t)
+	ctx := t.Context()
+	work := t.TempDir()
+	began := time.Now()
 	// The install as the README says it: `make deploy`, with a copy of
 	// config/ whose providers.yaml is edited (docs/configuration.md).
 	began = time.Now()
@@ -185,7 +218,7 @@ func newClient(t *testing.T, c *kubelab.Cluster) client.Client {
 	// controller-runtime prints a stack trace to say so.
 	ctrllog.SetLogger(logr.Discard())
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, crawlv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, crawlv1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
 		}
