@@ -24,6 +24,14 @@ const (
 	// ConditionEgressDistinct is the ProxyPool condition that is True when
 	// no two Serving members share an egress address.
 	ConditionEgressDistinct = "EgressDistinct"
+	// ConditionOwnershipKey is the ProviderHealth condition that says
+	// whether the entry's instances verify with the operator's ownership
+	// key. It is False (reason OwnershipKeyMismatch) when instances carry
+	// this installation's mark and none verifies, the sign of a lost or
+	// replaced key: nothing is created on the entry then. It is absent
+	// before the first listing of the entry, and for provider types that
+	// cannot tell (docs/security.md).
+	ConditionOwnershipKey = "OwnershipKey"
 )
 
 // Reasons of the Proxy Serving condition.
@@ -141,6 +149,17 @@ const (
 	// as many instances at once as its maxConcurrentCreates allows; this
 	// Proxy's create waits for one of them to finish.
 	ReasonCreateQueued = "CreateQueued"
+	// ReasonOwnershipKeyMismatch (Ready=False, or Unknown on a Ready Proxy
+	// whose phase is kept): the Proxy's provider entry holds instances
+	// marked by this installation that the current ownership key does not
+	// verify, and none that it does; the key was lost or replaced. Nothing
+	// is created or replaced on the entry, so that no second fleet is made
+	// beside the first, until the administrator restores the key Secret
+	// from its backup (and restarts the operator) or starts afresh with the
+	// annotation crawl.example.com/start-afresh on the entry's
+	// ProviderHealth. Also the ProviderHealth OwnershipKey condition's
+	// reason (False), whose message lists the instances.
+	ReasonOwnershipKeyMismatch = "OwnershipKeyMismatch"
 	// ReasonDeleting (Ready=False, phase Deleting): the Proxy is being deleted
 	// and its instance removed.
 	ReasonDeleting = "Deleting"
@@ -166,6 +185,17 @@ const (
 	// ReasonCheckNotSupported (Healthy=Unknown): the provider type has no
 	// health check.
 	ReasonCheckNotSupported = "CheckNotSupported"
+	// ReasonKeyVerified (OwnershipKey=True): the entry's instances verify
+	// with the current key, or it has none of this installation's. The
+	// message counts marks of this installation that do not verify beside
+	// them (copied or forged, or left from an earlier key).
+	ReasonKeyVerified = "KeyVerified"
+	// ReasonStartedAfresh (OwnershipKey=True): the entry's instances do not
+	// verify, and the administrator said to start afresh with the current
+	// key (AnnotationStartAfresh): the operator creates again, and the
+	// message lists the old instances, which it never touches, to remove by
+	// hand.
+	ReasonStartedAfresh = "StartedAfresh"
 	// ReasonReadRefused (ReadsAuthorized=False): the provider's API refused a
 	// read of an instance since the previous check; the message has the last
 	// refusal and what to fix if it lasts.
@@ -191,6 +221,14 @@ const (
 	// (AnnotationRotationRequested) and removes it; a value it cannot read
 	// stays, with the Rotating condition reason InvalidRotationRequest.
 	AnnotationRotate = "crawl.example.com/rotate"
+	// AnnotationStartAfresh, on a ProviderHealth whose OwnershipKey
+	// condition says OwnershipKeyMismatch, with the current key's ID (the
+	// condition's message gives it) as its value, tells the operator to
+	// create on the entry again with the current key: the old instances
+	// stay unrecognised, and running, until a person removes them. A value
+	// that names another key does nothing, so that an annotation left from
+	// one key loss never waves the next one through (docs/security.md).
+	AnnotationStartAfresh = "crawl.example.com/start-afresh"
 	// AnnotationRotationRequested, on a pool member (set by the operator
 	// from AnnotationRotate, or by a human), makes the pool replace that
 	// member, surge first. Its value is informative.

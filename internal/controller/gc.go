@@ -58,6 +58,10 @@ type GarbageCollector struct {
 	// refusals collects the listings the providers refused, for
 	// ProviderHealth; nil records none.
 	refusals *refusalLog
+	// ownership receives each listing's verified and unverified
+	// instances: the key check needs no call of its own (nil records
+	// none).
+	ownership *ownershipGate
 
 	// deleting holds, per entry, the orphans whose Delete answered
 	// InProgress: a later pass that no longer lists one counts it. A delete
@@ -217,6 +221,9 @@ func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[s
 		}
 		log.Info("skipping provider this pass: listing failed", "provider", name, "error", err.Error())
 		return 0, err
+	}
+	if l, ok := provider.AsUnverifiedLister(prov); ok {
+		g.ownership.observe(name, len(instances), l.Unverified())
 	}
 	deleted := 0
 	listed := make(map[provider.ID]bool, len(instances))

@@ -10,6 +10,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,9 +43,17 @@ type HealthReporter struct {
 	// GarbageCollector.Log).
 	Log logr.Logger
 
+	// KeyID names the current ownership key (ownership.Identity.KeyID);
+	// nil makes no start afresh possible.
+	KeyID func() string
+
 	// refusals are the reads the entries' APIs refused, recorded by the
 	// Proxy reconciler and garbage collection; nil records none.
 	refusals *refusalLog
+	// ownership holds the entries' key checks: the health reporter shows
+	// them (condition OwnershipKey) and records the start-afresh
+	// annotation into them; nil shows none.
+	ownership *ownershipGate
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=providerhealths,verbs=get;list;watch;create;delete
@@ -149,6 +158,7 @@ func (h *HealthReporter) write(ctx context.Context, e *config.Entry, supported b
 		refused = &r
 	}
 	ph.Status = computeHealth(ph.Status, e.Type, supported, verdicts, refused, now)
+	h.showOwnership(&ph, now)
 	if equality.Semantic.DeepEqual(before.Status, ph.Status) {
 		return nil
 	}
@@ -156,4 +166,28 @@ func (h *HealthReporter) write(ctx context.Context, e *config.Entry, supported b
 		return fmt.Errorf("writing provider health %s: %w", e.Name, err)
 	}
 	return nil
+}
+
+// showOwnership records the start-afresh annotation of the entry's
+// ProviderHealth into the key check, and sets the OwnershipKey condition
+// from it. The key is named only once the entry was listed: a listing
+// verified marks, so the (pending) identity has its key.
+func (h *HealthReporter) showOwnership(ph *crawlv1alpha1.ProviderHealth, now time.Time) {
+	if h.ownership == nil {
+		return
+	}
+	c := h.ownership.get(ph.Name)
+	if !c.checked {
+		apimeta.RemoveStatusCondition(&ph.Status.Conditions, crawlv1alpha1.ConditionOwnershipKey)
+		return
+	}
+	keyID := "unknown"
+	if h.KeyID != nil {
+		keyID = h.KeyID()
+	}
+	v, ok := ph.Annotations[crawlv1alpha1.AnnotationStartAfresh]
+	h.ownership.setAfresh(ph.Name, ok && h.KeyID != nil && v == keyID)
+	if cond := ownershipCondition(ph.Name, h.ownership.get(ph.Name), keyID, now); cond != nil {
+		apimeta.SetStatusCondition(&ph.Status.Conditions, *cond)
+	}
 }

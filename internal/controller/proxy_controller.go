@@ -89,6 +89,9 @@ type ProxyReconciler struct {
 	skipNameValidation bool
 	// refusals collects the reads the providers refused, for ProviderHealth.
 	refusals *refusalLog
+	// ownership holds creates on entries whose instances do not verify
+	// with the current key; nil holds none.
+	ownership *ownershipGate
 	// slots caps concurrent creates per provider entry.
 	slots createSlots
 	// written spares isCurrent's live read when the cache holds our last

@@ -112,6 +112,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	// instance runs, to write the URL and probe. The polls while an
 	// instance boots read nothing from the API server.
 	if p.Status.InstanceID == "" {
+		if r.ownershipHolds(ctx, p, entry.Name, prov, &obs) {
+			return obs, nil
+		}
 		key := client.ObjectKeyFromObject(p)
 		creds, ok := r.createCreds.get(key, p.UID)
 		if !ok {
@@ -128,6 +131,11 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	inst, err := prov.Get(ctx, provider.ID(p.Status.InstanceID))
 	switch {
 	case provider.IsNotFound(err):
+		// After a key loss every instance looks gone: replacing them would
+		// make a second fleet beside the first.
+		if r.ownershipHolds(ctx, p, entry.Name, prov, &obs) {
+			return obs, nil
+		}
 		return r.replace(ctx, p, prov, "vanished", "the instance no longer exists on the provider")
 	case err != nil:
 		if provider.IsRefused(err) {
@@ -173,6 +181,48 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 	obs.instance = &inst
 	obs.wait = waitPoll
 	return obs, nil
+}
+
+// ownershipHolds reports whether the entry's key check holds this
+// reconcile's create (or its taking the instance for gone), and fills obs
+// with why. The first time since the start, the entry is listed here,
+// unless garbage collection did it first; while another reconcile lists it,
+// this one waits, changing nothing. A failed listing is the reconcile's
+// provider error.
+func (r *ProxyReconciler) ownershipHolds(ctx context.Context, p *crawlv1alpha1.Proxy, entry string, prov provider.Provider, obs *observation) bool {
+	l, ok := provider.AsUnverifiedLister(prov)
+	if !ok || r.ownership == nil {
+		return false
+	}
+	c := r.ownership.get(entry)
+	if c.verdict() == keyUnchecked {
+		if !r.ownership.begin(entry) {
+			obs.ownershipPending, obs.wait = true, waitPoll
+			return true
+		}
+		list, err := prov.ListByTag(ctx)
+		if err == nil {
+			r.ownership.observe(entry, len(list), l.Unverified())
+		}
+		r.ownership.end(entry)
+		if err != nil {
+			if provider.IsRefused(err) {
+				r.refusals.record(entry, err.Error(), r.Now())
+			}
+			obs.providerErr = err
+			r.providerEvent(p, err)
+			return true
+		}
+		c = r.ownership.get(entry)
+	}
+	if c.verdict().creates() {
+		return false
+	}
+	obs.ownershipHold, obs.wait = ownershipHoldMessage(entry), waitPoll
+	if c := readyCondition(p); c == nil || c.Reason != crawlv1alpha1.ReasonOwnershipKeyMismatch {
+		r.event(p, corev1.EventTypeWarning, crawlv1alpha1.ReasonOwnershipKeyMismatch, "Create", "%s", obs.ownershipHold)
+	}
+	return true
 }
 
 // credentialsOrConflict returns the Proxy's credentials (nil with auth

@@ -55,6 +55,12 @@ type observation struct {
 	// createQueued: the entry's cap on concurrent creates (this value) is
 	// reached; the create waits.
 	createQueued int
+	// ownershipHold: the entry's instances do not verify with the current
+	// key (a lost key); the text says so. Nothing was created or replaced.
+	ownershipHold string
+	// ownershipPending: another reconcile lists the entry for its first
+	// key check; nothing was tried, and the status stays as it was.
+	ownershipPending bool
 	// wait: what the reconcile waits for when the provider call did not
 	// fail; decideRequeue turns it into a delay.
 	wait waitFor
@@ -99,8 +105,8 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 	case obs.credentialsConflict != "":
 		clearAddress()
 		set(crawlv1alpha1.ProxyPhaseFailed, metav1.ConditionFalse, crawlv1alpha1.ReasonCredentialsConflict, obs.credentialsConflict)
-	case obs.latched:
-		// Keep what the failure said; nothing was tried.
+	case obs.latched, obs.ownershipPending:
+		// Keep what the status said; nothing was tried.
 	case obs.replacementLoop != "":
 		clearAddress()
 		s.Node = ""
@@ -118,6 +124,19 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 		}
 		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonCreateQueued,
 			fmt.Sprintf("The provider entry already creates %d instances at once (maxConcurrentCreates); this create waits its turn.", obs.createQueued))
+	case obs.ownershipHold != "":
+		// A key loss says nothing of the instance itself, which most likely
+		// still serves: a Ready Proxy keeps its phase and address, as with
+		// a refused read.
+		if s.Phase == crawlv1alpha1.ProxyPhaseReady {
+			set(crawlv1alpha1.ProxyPhaseReady, metav1.ConditionUnknown, crawlv1alpha1.ReasonOwnershipKeyMismatch, obs.ownershipHold)
+			break
+		}
+		phase := notReadyPhase
+		if s.Phase == crawlv1alpha1.ProxyPhaseReplacing {
+			phase = crawlv1alpha1.ProxyPhaseReplacing
+		}
+		set(phase, metav1.ConditionFalse, crawlv1alpha1.ReasonOwnershipKeyMismatch, obs.ownershipHold)
 	case provider.IsPermanent(obs.providerErr):
 		clearAddress()
 		msg := fmt.Sprintf("%v.", obs.providerErr)

@@ -326,6 +326,36 @@ func TestComputeStatus(t *testing.T) {
 					`provider "lab": get "pve1/104": 401 Authentication failed!. If this lasts: check the API token.`)),
 		},
 		{
+			name: "creates held by a key mismatch while Ready",
+			reason: "after a key loss the instance looks gone, yet most likely still serves: the Proxy keeps its address and phase, " +
+				"Ready is Unknown with the mismatch as its reason, so that a pool's list is not emptied by a lost Secret",
+			prev: readyProxyStatus(),
+			obs:  observation{ownershipHold: ownershipHoldMessage("lab")},
+			want: statusWithReady(readyProxyStatus(), crawlv1alpha1.ProxyPhaseReady, wantReadyCond(metav1.ConditionUnknown,
+				crawlv1alpha1.ReasonOwnershipKeyMismatch, ownershipHoldMessage("lab"))),
+		},
+		{
+			name:   "creates held by a key mismatch before any instance",
+			reason: "a new Proxy on an entry whose fleet does not verify waits Pending, and says why and where to look",
+			prev:   crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.ProxyPhasePending},
+			obs:    observation{ownershipHold: ownershipHoldMessage("lab")},
+			want: crawlv1alpha1.ProxyStatus{
+				Phase: crawlv1alpha1.ProxyPhasePending, ObservedGeneration: statusGen,
+				Conditions: []metav1.Condition{wantReadyCond(metav1.ConditionFalse, crawlv1alpha1.ReasonOwnershipKeyMismatch, ownershipHoldMessage("lab"))},
+			},
+		},
+		{
+			name:   "first key check in another reconcile",
+			reason: "while another reconcile lists the entry nothing was tried: the status must not flip a Ready Proxy to Provisioning",
+			prev:   readyProxyStatus(),
+			obs:    observation{ownershipPending: true},
+			want: func() crawlv1alpha1.ProxyStatus {
+				s := readyProxyStatus()
+				s.ObservedGeneration = statusGen
+				return s
+			}(),
+		},
+		{
 			name:   "transient error before any instance",
 			reason: "a failed first Create leaves nothing created: the Proxy is still Pending, with the error shown",
 			prev:   crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.ProxyPhasePending},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -59,6 +60,11 @@ type Options struct {
 	Replacement ReplacementPolicy
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Ownership is the installation's identity; the health reporter names
+	// its key (KeyID) in the OwnershipKey condition and matches the
+	// start-afresh annotation against it. Nil makes no start afresh
+	// possible.
+	Ownership *ownership.Identity
 	// SkipNameValidation allows several managers with the same controllers
 	// in one process; only tests need it.
 	SkipNameValidation bool
@@ -94,7 +100,8 @@ func CacheOptions() cache.Options {
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	recorder := mgr.GetEventRecorder(EventSource)
 	refusals := &refusalLog{}
-	r := &ProxyReconciler{refusals: refusals,
+	gate := &ownershipGate{recorder: recorder, metrics: o.Metrics}
+	r := &ProxyReconciler{refusals: refusals, ownership: gate,
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Providers: o.Providers, Metrics: o.Metrics,
 		Now: o.Now, PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, MaxConcurrentReconciles: o.MaxConcurrentReconciles, Replacement: o.Replacement,
 		Tracer: o.Tracer, skipNameValidation: o.SkipNameValidation,
@@ -115,14 +122,18 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	if err := gateways.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy gateway controller: %w", err)
 	}
-	gc := &GarbageCollector{refusals: refusals,
+	gc := &GarbageCollector{refusals: refusals, ownership: gate,
 		Reader: mgr.GetAPIReader(), Providers: o.Providers, Recorder: recorder, Metrics: o.Metrics,
 		Interval: o.GCInterval, GracePeriod: o.GCGracePeriod, Now: o.Now, Log: mgr.GetLogger(),
 	}
 	if err := mgr.Add(gc); err != nil {
 		return fmt.Errorf("adding garbage collection: %w", err)
 	}
-	h := &HealthReporter{refusals: refusals, Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now, Log: mgr.GetLogger()}
+	var keyID func() string
+	if o.Ownership != nil {
+		keyID = o.Ownership.KeyID
+	}
+	h := &HealthReporter{refusals: refusals, ownership: gate, KeyID: keyID, Client: mgr.GetClient(), Config: o.Config, Providers: o.Providers, Interval: o.HealthInterval, Now: o.Now, Log: mgr.GetLogger()}
 	if err := mgr.Add(h); err != nil {
 		return fmt.Errorf("adding the health reporter: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
@@ -122,6 +123,9 @@ type operatorOptions struct {
 	opts      controller.Options
 	// providers, when set for an entry, serve it instead of fake.
 	providers map[string]provider.Provider
+	// ownership, when set, is the operator's identity (it should be the
+	// fake's, whose key signs the instances); else a test installation's.
+	ownership *ownership.Identity
 }
 
 // startOperator runs the controllers against envtest with the fake provider
@@ -164,12 +168,16 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 		// Tests run garbage collection by hand with RunOnce.
 		opts.GCInterval = time.Hour
 	}
+	id := oo.ownership
+	if id == nil {
+		id = ownershiptest.Identity("controller-tests")
+	}
 	op, err := setup.New(setup.Options{
 		RestConfig: asOperator(t, oo.namespace),
 		Config:     oo.cfg,
 		Types:      provider.Types{fakeprovider.TypeFor(oo.fake)},
 		Providers:  oo.providers,
-		Ownership:  ownershiptest.Identity("controller-tests"),
+		Ownership:  id,
 		Namespaces: []string{oo.namespace},
 		Manager:    ctrl.Options{Scheme: scheme},
 		Controller: opts,

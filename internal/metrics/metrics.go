@@ -34,6 +34,12 @@ type Metrics struct {
 	// an entry (its listing and every deletion it tried succeeded), in
 	// seconds since the epoch, by entry.
 	GCLastSuccess *prometheus.GaugeVec
+	// OwnershipUnverified is how many instances of an entry carry this
+	// installation's mark with a signature the current ownership key does
+	// not verify, at the latest listing, by entry: above zero with no
+	// instance verifying, the key was lost or replaced and the entry
+	// creates nothing (docs/security.md).
+	OwnershipUnverified *prometheus.GaugeVec
 	// ProbeDuration observes passed probes through proxies, by entry.
 	ProbeDuration *prometheus.HistogramVec
 	// ProbeFailures counts failed probes through proxies, by entry.
@@ -83,6 +89,11 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "gc_last_success_timestamp_seconds",
 			Help:      "When garbage collection last completed a pass over the provider entry without an error, in seconds since the epoch.",
 		}, []string{"provider"}),
+		OwnershipUnverified: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: namespace,
+			Name:      "ownership_unverified_instances",
+			Help:      "Instances of the provider entry whose mark names this installation but whose signature the current ownership key does not verify, at the latest listing.",
+		}, []string{"provider"}),
 		ProbeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace,
 			Name:      "probe_duration_seconds",
@@ -110,7 +121,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 			Help:      "Pool members replaced by rotation, by namespace, pool and reason (maxAge, requested, template, probe).",
 		}, []string{"namespace", "pool", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.ProviderCallDuration, m.ProviderCallErrors, m.CreateToReady, m.Replacements, m.GCDeletions, m.GCLastSuccess,
+	for _, c := range []prometheus.Collector{m.ProviderCallDuration, m.ProviderCallErrors, m.CreateToReady, m.Replacements, m.GCDeletions, m.GCLastSuccess, m.OwnershipUnverified,
 		m.ProbeDuration, m.ProbeFailures, m.PoolMembers, m.PoolServing, m.PoolRotations} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

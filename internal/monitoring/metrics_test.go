@@ -32,6 +32,7 @@ func operatorMetrics(t *testing.T) ([]byte, []string) {
 	m.Replacements.WithLabelValues("lab", "vanished").Inc()
 	m.GCDeletions.WithLabelValues("lab").Inc()
 	m.GCLastSuccess.WithLabelValues("lab").SetToCurrentTime()
+	m.OwnershipUnverified.WithLabelValues("lab").Set(2)
 	m.ProbeDuration.WithLabelValues("lab").Observe(0.05)
 	m.ProbeFailures.WithLabelValues("lab").Inc()
 	m.PoolMembers.WithLabelValues("crawlers", "crawl").Set(3)
@@ -75,9 +76,9 @@ func operatorMetrics(t *testing.T) ([]byte, []string) {
 // suffixes, help on every metric. Each is also documented.
 func TestMetricsLint(t *testing.T) {
 	text, names := operatorMetrics(t)
-	// 11 collectors of metrics.New, 2 of ProxiesCollector, 2 of ObjectsCollector.
-	if len(names) != 15 {
-		t.Errorf("%d metrics listed, want 15: %v", len(names), names)
+	// 12 collectors of metrics.New, 2 of ProxiesCollector, 2 of ObjectsCollector.
+	if len(names) != 16 {
+		t.Errorf("%d metrics listed, want 16: %v", len(names), names)
 	}
 	if out, err := promtool(t, t.TempDir(), text, "check", "metrics"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)

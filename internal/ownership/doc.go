@@ -14,6 +14,7 @@
 //
 // The key lives in a Secret in the operator's own namespace, created by the
 // operator at its first start (LoadOrCreate). Losing it makes every instance
-// foreign: safe (nothing is deleted) but leaked, so back it up
-// (docs/security.md).
+// foreign: safe (nothing is deleted) but leaked, and the operator stops
+// creating where a whole fleet no longer verifies, so back it up
+// (docs/security.md). KeyID names a key without revealing it.
 package ownership

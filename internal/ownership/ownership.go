@@ -30,6 +30,7 @@ const signaturePrefix = "v1."
 const (
 	purposeMark  = "egress-proxies-operator/mark/v1"
 	purposeToken = "egress-proxies-operator/token/v1" //nolint:gosec // G101: a domain-separation label, not a credential.
+	purposeKeyID = "egress-proxies-operator/key-id/v1"
 )
 
 // Errors of Verify, so that a provider can log why it left an instance
@@ -230,6 +231,17 @@ const TokenLen = 16
 // be guessed only by trying about 2^79 names on the infrastructure itself.
 func (id *Identity) Token(fields ...string) string {
 	sum := id.mac(encode(purposeToken, append([]string{id.installation}, fields...)...))
+	return tokenEncoding.EncodeToString(sum[:10])
+}
+
+// KeyID names the key without revealing it: TokenLen lower-case letters
+// and digits of its MAC over a fixed, domain-separated input. Two
+// identities have one KeyID only when they hold one key (and installation).
+// It is what an administrator compares to tell a restored key from a new
+// one, and what the start-afresh annotation names (docs/security.md), so
+// that consent given for one key never carries over to the next.
+func (id *Identity) KeyID() string {
+	sum := id.mac(encode(purposeKeyID, id.installation))
 	return tokenEncoding.EncodeToString(sum[:10])
 }
 

@@ -163,3 +163,27 @@ func TestIdentityNeverPrintsItsKey(t *testing.T) {
 		t.Errorf("%v does not name the installation", id)
 	}
 }
+
+// TestKeyID: the key's name is the same for the same key and installation,
+// differs for another key, and shows nothing of the key.
+func TestKeyID(t *testing.T) {
+	prod := identity(t, "prod", testKey)
+	for _, c := range []struct {
+		name, reason string
+		other        *ownership.Identity
+		same         bool
+	}{
+		{"the same key, restored", "a key restored from its backup is recognised by its ID", identity(t, "prod", testKey), true},
+		{"a new key", "a key minted after a loss has another ID", identity(t, "prod", []byte("another key of thirty-two bytes!")), false},
+		{"another installation", "one key shared by two installations still names each apart", identity(t, "staging", testKey), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := prod.KeyID() == c.other.KeyID(); got != c.same {
+				t.Errorf("KeyID %q vs %q: same = %v, want %v (%s)", prod.KeyID(), c.other.KeyID(), got, c.same, c.reason)
+			}
+		})
+	}
+	if id := prod.KeyID(); len(id) != ownership.TokenLen || strings.Contains(id, string(testKey)) || id == prod.Token() {
+		t.Errorf("KeyID = %q: want %d characters, not the key, not a token", id, ownership.TokenLen)
+	}
+}

@@ -61,14 +61,16 @@ func IsDeadline(err error) bool { return IsTransient(err) && ReasonOf(err) == Re
 // Op names a provider operation, for errors, logs, spans and metrics.
 type Op string
 
-// The operations of the Provider, Checker and Sweeper interfaces.
+// The operations of the Provider, Checker, Sweeper and UnverifiedLister
+// interfaces.
 const (
-	OpCreate    Op = "create"
-	OpGet       Op = "get"
-	OpDelete    Op = "delete"
-	OpListByTag Op = "list"
-	OpCheck     Op = "check"
-	OpSweep     Op = "sweep"
+	OpCreate     Op = "create"
+	OpGet        Op = "get"
+	OpDelete     Op = "delete"
+	OpListByTag  Op = "list"
+	OpCheck      Op = "check"
+	OpSweep      Op = "sweep"
+	OpUnverified Op = "unverified"
 )
 
 // Error is a classified provider error. Providers build it with NewTransient,

@@ -226,22 +226,44 @@ type Checker interface {
 	Check(ctx context.Context) []Verdict
 }
 
+// UnverifiedLister is implemented by providers that can tell, from what
+// their ListByTag reads anyway, the instances whose mark names this
+// installation and carries a signature that does not verify under the
+// current key. All of an entry's instances being such is the sign of a lost
+// or replaced ownership key: the operator then stops creating on the entry
+// instead of building a second fleet beside the first (docs/security.md).
+type UnverifiedLister interface {
+	// Unverified returns those instances as the latest ListByTag saw them,
+	// with ID, Name (as the mark says: unverified, for a person to find
+	// them) and Node; nil before the first listing. It makes no call to the
+	// infrastructure. An unsigned mark and another installation's mark are
+	// not in it: those instances are foreign, and foreign instances never
+	// hold up anything.
+	Unverified() []Instance
+}
+
 // Optional is implemented by decorators of a Provider (the operator's
 // internal/provider/instrumented): one decorator type carries the methods of
 // every optional interface, so that a new optional interface adds a method,
 // not a doubling of wrapper types, and Supports says which of them the
 // provider beneath it really implements. Callers therefore never ask by a
 // type assertion, which would see the decorator's methods, but through
-// AsChecker and AsSweeper.
+// AsChecker, AsSweeper and AsUnverifiedLister.
 type Optional interface {
 	// Supports reports whether the operation op of an optional interface
-	// (OpCheck, OpSweep) is implemented by the decorated provider.
+	// (OpCheck, OpSweep, OpUnverified) is implemented by the decorated provider.
 	Supports(op Op) bool
 }
 
 // AsChecker returns p as a Checker when it can check its health, through
 // any decorator.
 func AsChecker(p Provider) (Checker, bool) { return as[Checker](p, OpCheck) }
+
+// AsUnverifiedLister returns p as an UnverifiedLister when it reports
+// unverified instances, through any decorator.
+func AsUnverifiedLister(p Provider) (UnverifiedLister, bool) {
+	return as[UnverifiedLister](p, OpUnverified)
+}
 
 // AsSweeper returns p as a Sweeper when it leaves things to sweep, through
 // any decorator.

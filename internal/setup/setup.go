@@ -168,6 +168,7 @@ func New(o Options) (*Operator, error) {
 
 	co := o.Controller
 	co.Config, co.Providers, co.Metrics, co.Registerer, co.Tracer = o.Config, providers, m, reg, o.Tracer
+	co.Ownership = o.Ownership
 	if co.GatewayImage == "" {
 		co.GatewayImage = o.OwnImage
 	}

@@ -60,6 +60,8 @@ var (
 	_ provider.Optional = (*wrapped)(nil)
 	_ provider.Checker  = (*wrapped)(nil)
 	_ provider.Sweeper  = (*wrapped)(nil)
+
+	_ provider.UnverifiedLister = (*wrapped)(nil)
 )
 
 type wrapped struct {
@@ -187,6 +189,9 @@ func (w *wrapped) Supports(op provider.Op) bool {
 	case provider.OpSweep:
 		_, ok := provider.AsSweeper(w.next)
 		return ok
+	case provider.OpUnverified:
+		_, ok := provider.AsUnverifiedLister(w.next)
+		return ok
 	case provider.OpCreate, provider.OpGet, provider.OpDelete, provider.OpListByTag:
 		// The contract's own operations: not optional.
 		return false
@@ -236,4 +241,14 @@ func (w *wrapped) Sweep(ctx context.Context) (int, error) {
 		return err
 	})
 	return n, err
+}
+
+// Unverified implements provider.UnverifiedLister: no call, so no span or
+// metric; nil for a provider that does not report them.
+func (w *wrapped) Unverified() []provider.Instance {
+	l, ok := provider.AsUnverifiedLister(w.next)
+	if !ok {
+		return nil
+	}
+	return l.Unverified()
 }

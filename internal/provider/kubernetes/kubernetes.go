@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -89,11 +90,17 @@ type Provider struct {
 	image  string
 	now    func() time.Time
 	labels map[string]string
+
+	// unverified are the pods the latest ListByTag saw with this
+	// installation's mark and a signature that does not verify.
+	mu         sync.Mutex
+	unverified []provider.Instance
 }
 
 var (
-	_ provider.Provider = (*Provider)(nil)
-	_ provider.Checker  = (*Provider)(nil)
+	_ provider.Provider         = (*Provider)(nil)
+	_ provider.Checker          = (*Provider)(nil)
+	_ provider.UnverifiedLister = (*Provider)(nil)
 )
 
 // New returns the provider of one kubernetes entry. It contacts nothing.
@@ -543,12 +550,29 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		return nil, classify(err, "listing pods")
 	}
 	out := make([]provider.Instance, 0, len(pods.Items))
+	var unverified []provider.Instance
 	for i := range pods.Items {
-		if p.ours(&pods.Items[i]) {
-			out = append(out, p.instance(&pods.Items[i]))
+		pod := &pods.Items[i]
+		switch {
+		case p.ours(pod):
+			out = append(out, p.instance(pod))
+		case pod.Annotations[AnnotationSignature] != "" && pod.Labels[LabelProvider] == p.entry.Name &&
+			errors.Is(p.ident.Verify(MarkOf(pod), pod.Annotations[AnnotationSignature]), ownership.ErrBadSignature):
+			unverified = append(unverified, provider.Instance{ID: ID(pod.Namespace, pod.Name), Name: pod.Name, Node: pod.Spec.NodeName})
 		}
 	}
+	p.mu.Lock()
+	p.unverified = unverified
+	p.mu.Unlock()
 	return out, nil
+}
+
+// Unverified implements provider.UnverifiedLister, from the latest
+// ListByTag.
+func (p *Provider) Unverified() []provider.Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]provider.Instance(nil), p.unverified...)
 }
 
 // classify maps a Kubernetes API error to a provider error class.

@@ -202,7 +202,15 @@ func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, e
 	// Garbage collection lists through here: orphaned seeds go with it.
 	p.sweepSeeds(ctx, h)
 	log := logr.FromContextOrDiscard(ctx)
-	var out []provider.Instance
+	var out, unverified []provider.Instance
+	defer func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.unverified == nil {
+			p.unverified = map[string][]provider.Instance{}
+		}
+		p.unverified[h.Name] = unverified
+	}()
 	for _, d := range list {
 		f, err := p.factsOf(ctx, h, d)
 		if errors.Is(err, errNoDomain) {
@@ -220,6 +228,9 @@ func (p *Provider) listHost(ctx context.Context, h Host) ([]provider.Instance, e
 			continue
 		}
 		if !f.Marked {
+			if f.BadSignature {
+				unverified = append(unverified, provider.Instance{ID: ID(h.Name, d.Name), Name: d.Name, Node: h.Name})
+			}
 			continue
 		}
 		inst := instance(h, d, f)

@@ -60,6 +60,9 @@ type Provider struct {
 	released   map[string]string      // by host/name: the domain UUID whose consumed seed is gone
 	sweeps     map[string]time.Time   // by host: the last sweep of orphaned seeds
 	leaseLocks map[string]*sync.Mutex // by host: one leases read at a time
+	// unverified are, by host, the domains the latest listing saw with
+	// this installation's mark and a signature that does not verify.
+	unverified map[string][]provider.Instance
 }
 
 type factsEntry struct {
@@ -81,6 +84,8 @@ type leaseEntry struct {
 var (
 	_ provider.Provider = (*Provider)(nil)
 	_ provider.Checker  = (*Provider)(nil)
+
+	_ provider.UnverifiedLister = (*Provider)(nil)
 )
 
 // New builds the provider of an entry. It contacts nothing.
@@ -228,6 +233,7 @@ func (p *Provider) factsOf(ctx context.Context, h Host, d domainInfo) (domainFac
 			logr.FromContextOrDiscard(ctx).V(1).Info("a domain's mark is not this installation's; leaving it alone",
 				"host", h.Name, "domain", d.Name, "reason", err.Error())
 			f.Marked = false
+			f.BadSignature = errors.Is(err, ownership.ErrBadSignature)
 		}
 	}
 	if d.UUID != "" {
@@ -274,5 +280,17 @@ func eachHost[T any](hosts []Host, fn func(h Host) T) []T {
 		wg.Go(func() { out[i] = fn(h) })
 	}
 	wg.Wait()
+	return out
+}
+
+// Unverified implements provider.UnverifiedLister, from the latest listing
+// of every host, in host order.
+func (p *Provider) Unverified() []provider.Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []provider.Instance
+	for _, h := range p.block.Hosts {
+		out = append(out, p.unverified[h.Name]...)
+	}
 	return out
 }

@@ -182,10 +182,13 @@ func serial(logFile string) libvirtxml.DomainSerial {
 
 // domainFacts is what the provider reads from a domain's definition.
 type domainFacts struct {
-	Mark    mark
-	Marked  bool
-	MAC     string
-	Volumes []string // volumes of the pool the domain's disks use
+	Mark   mark
+	Marked bool
+	// BadSignature: the mark names this installation and its signature
+	// does not verify (a lost key, or a copy): foreign, but reported.
+	BadSignature bool
+	MAC          string
+	Volumes      []string // volumes of the pool the domain's disks use
 }
 
 // parseDomain reads a domain definition. The mark counts only when it names

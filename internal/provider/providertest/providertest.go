@@ -357,6 +357,13 @@ func ownership(t *testing.T, s *suite) {
 				t.Errorf("ListByTag lists the %s instance %s", kind, id)
 			}
 		}
+		// Only a signature that fails under this installation's ID is the
+		// sign of a lost key; the rest are foreign and hold up nothing.
+		if _, lists := provider.AsUnverifiedLister(p); lists {
+			if got, want := reportsUnverified(p, id), kind == BadSignature; got != want {
+				t.Errorf("Unverified reports the %s instance: %v, want %v", kind, got, want)
+			}
+		}
 		// A Proxy whose instance name the foreign instance carries: Create
 		// must refuse or build another, never adopt it.
 		req := s.h.Request(t, "uid-"+string(kind), name)
@@ -374,6 +381,22 @@ func ownership(t *testing.T, s *suite) {
 	if kinds == 0 {
 		t.Fatal("the harness can add no foreign instance: the suite cannot check ownership")
 	}
+}
+
+// reportsUnverified says whether p, when it is a provider.UnverifiedLister,
+// reports id after its latest listing; false for a provider that reports
+// none.
+func reportsUnverified(p provider.Provider, id provider.ID) bool {
+	l, ok := provider.AsUnverifiedLister(p)
+	if !ok {
+		return false
+	}
+	for _, in := range l.Unverified() {
+		if in.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // leftAlone checks that p neither finds, lists nor deletes the instance
@@ -437,6 +460,9 @@ func otherInstallation(t *testing.T, s *suite) {
 	theirs := s.h.Request(t, "uid-theirs", "contract-theirs")
 	tid := s.create(t, q, theirs)
 	s.leftAlone(t, p, tid, theirs, "the other installation's instance")
+	if reportsUnverified(p, tid) {
+		t.Errorf("Unverified reports the other installation's instance %s: another installation must never hold up this one", tid)
+	}
 	if got := s.ours(t, q, theirs); len(got) != 1 || got[0].ID != tid {
 		t.Errorf("the other installation lists %+v, want its own %s", got, tid)
 	}

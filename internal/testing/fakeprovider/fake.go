@@ -146,6 +146,13 @@ func (f *Provider) ours(in *instance) bool { return f.id.Owns(markOf(in), in.sig
 
 var _ provider.Provider = (*Provider)(nil)
 var _ provider.Checker = (*Provider)(nil)
+var _ provider.UnverifiedLister = (*Provider)(nil)
+
+// unverified reports whether an instance's mark names this view's
+// installation, is signed, and does not verify: made with another key.
+func (f *Provider) unverified(in *instance) bool {
+	return in.installation == f.id.Installation() && in.signature != "" && !f.ours(in)
+}
 
 // SetAfterCreate installs a hook that runs after Create stored a new instance
 // (or found the one it stored before) and before it returns; a non-nil error is returned instead of the ID. Tests
@@ -441,6 +448,22 @@ func (f *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, nil
+}
+
+// Unverified implements provider.UnverifiedLister, from the instances as
+// they are now (the fake's listing is the infrastructure itself); it is not
+// a call and records none.
+func (f *Provider) Unverified() []provider.Instance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []provider.Instance
+	for _, in := range f.instances {
+		if f.unverified(in) {
+			out = append(out, provider.Instance{ID: in.ID, Name: in.Name, Node: in.Node})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // Check implements provider.Checker.
