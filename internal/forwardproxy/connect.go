@@ -187,7 +187,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	}
 	var head connectHead
 	// The scratch buffer is kept with the reader, grown or not.
-	head, hr.scratch, err = readConnectHead(hr.br, hr.scratch, maxHeaderBytes)
+	head, hr.scratch, err = readConnectHead(hr.br, hr.scratch, maxHeaderBytes, s.p.tunnelHeaders)
 	var early []byte
 	if err == nil {
 		// A copy: the tunnel must not keep the pooled reader.
@@ -270,6 +270,9 @@ func peekBuffered(br *bufio.Reader) []byte {
 // to run, holding a slot that the caller releases once it ended, or nil
 // after a refusal.
 func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, early []byte, x *exchange) *tunnel {
+	if h.upstream != nil {
+		ctx = context.WithValue(ctx, tunnelHeaderKey{}, h.upstream)
+	}
 	switch {
 	case !sourceAddrAllowed(p.ranges, c.RemoteAddr()):
 		x.refuseConn(c, refuseSource)

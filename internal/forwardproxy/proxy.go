@@ -134,6 +134,9 @@ type Proxy struct {
 	transport   *http.Transport
 	forwarder   *httputil.ReverseProxy
 	upstream    Upstream // nil: destinations are dialed directly
+	// tunnelHeaders are the CONNECT header fields the Upstream reads
+	// (TunnelHeaderReader), canonical names.
+	tunnelHeaders []string
 }
 
 // New checks cfg and builds a Proxy.

@@ -35,6 +35,28 @@ type Upstream interface {
 	DialTunnel(ctx context.Context, target string) (net.Conn, error)
 }
 
+// TunnelHeaderReader is an Upstream that reads header fields of a CONNECT
+// request besides Proxy-Authorization (a gateway's session header): Serve's
+// strict parser keeps the values of the fields TunnelHeaders names, and
+// Authorize and DialTunnel find them with TunnelHeader. A plain request's
+// fields are in the request RoundTrip gets.
+type TunnelHeaderReader interface {
+	Upstream
+	// TunnelHeaders names the fields; it is called once, by New.
+	TunnelHeaders() []string
+}
+
+type tunnelHeaderKey struct{}
+
+// TunnelHeader returns the fields of a CONNECT request that the Upstream
+// named in TunnelHeaders, each with every value sent (a repeated field has
+// several), from the context that Authorize and DialTunnel get; nil when
+// the request sent none of them.
+func TunnelHeader(ctx context.Context) http.Header {
+	h, _ := ctx.Value(tunnelHeaderKey{}).(http.Header)
+	return h
+}
+
 // RefusedError is an Upstream's refusal with its own answer: Code and
 // Message (a sentence for the client, which must name no secret), with one
 // header when Header is set. Err, when set, is the cause, for the access
@@ -122,6 +144,11 @@ func (p *Proxy) useUpstream(u Upstream) {
 	}
 	p.upstream = u
 	p.forwarder.Transport = u
+	if r, ok := u.(TunnelHeaderReader); ok {
+		for _, name := range r.TunnelHeaders() {
+			p.tunnelHeaders = append(p.tunnelHeaders, http.CanonicalHeaderKey(name))
+		}
+	}
 }
 
 // isRefused reports whether err carries an Upstream's own answer.

@@ -92,7 +92,7 @@ type Gateway struct {
 	now       func() time.Time
 }
 
-var _ forwardproxy.Upstream = (*Gateway)(nil)
+var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
 
 // New checks cfg and builds a Gateway.
 func New(cfg Config) (*Gateway, error) {
@@ -268,21 +268,11 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 // member.
 func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt, _ := req.Context().Value(routeKey{}).(*route)
-	if id := req.Header.Get(SessionHeader); id != "" || len(req.Header.Values(SessionHeader)) > 0 {
+	if values := req.Header.Values(SessionHeader); len(values) > 0 {
 		// The header is the gateway's: it never reaches the destination.
-		if len(req.Header.Values(SessionHeader)) > 1 {
-			return nil, badOption("one %s header at most", SessionHeader)
-		}
-		if err := checkSessionID(id); err != nil {
+		var err error
+		if rt, err = rt.withSessionHeader(values); err != nil {
 			return nil, err
-		}
-		if rt == nil {
-			rt = &route{}
-		}
-		if rt.session == "" {
-			withSession := *rt
-			withSession.session = id
-			rt = &withSession
 		}
 		req = req.Clone(req.Context())
 		req.Header.Del(SessionHeader)
@@ -302,6 +292,11 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// TunnelHeaders implements forwardproxy.TunnelHeaderReader: the session
+// header is read on CONNECT too. The gateway writes its own CONNECT to the
+// member, so the header never goes further.
+func (g *Gateway) TunnelHeaders() []string { return []string{SessionHeader} }
+
 // DialTunnel implements forwardproxy.Upstream: a CONNECT through one
 // member.
 func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
@@ -309,6 +304,12 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		return nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
 	}
 	rt, _ := ctx.Value(routeKey{}).(*route)
+	if values := forwardproxy.TunnelHeader(ctx).Values(SessionHeader); len(values) > 0 {
+		var err error
+		if rt, err = rt.withSessionHeader(values); err != nil {
+			return nil, err
+		}
+	}
 	m, err := g.pick(rt)
 	if err != nil {
 		return nil, err
