@@ -43,6 +43,9 @@ type gatewayOptions struct {
 	maxConcurrent       int
 	maxConnections      int
 	readHeader          time.Duration
+	maxAttempts         int
+	ejectAfter          int
+	ejectFor            time.Duration
 }
 
 // runGateway runs `egress-proxies-operator gateway`, a pool gateway (see
@@ -73,6 +76,9 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
 	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
 	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
+	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
+	fs.IntVar(&o.ejectAfter, "eject-after", gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
+	fs.DurationVar(&o.ejectFor, "eject-for", gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -118,7 +124,8 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	}
 	set := gateway.NewSet()
 	g, err := gateway.New(gateway.Config{Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
-		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, Metrics: gm, Log: log.WithName("members")})
+		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
+		Metrics: gm, Log: log.WithName("members")})
 	if err != nil {
 		return err
 	}

@@ -67,6 +67,13 @@ type Config struct {
 	// DialTimeout, ResponseHeaderTimeout and IdleTimeout: see the
 	// defaults.
 	DialTimeout, ResponseHeaderTimeout, IdleTimeout time.Duration
+	// MaxAttempts bounds the members one request or tunnel tries
+	// (failover); zero means DefaultMaxAttempts, 1 turns failover off.
+	MaxAttempts int
+	// EjectAfter member failures in a row eject a member for EjectFor;
+	// zero means DefaultEjectAfter and DefaultEjectFor.
+	EjectAfter int
+	EjectFor   time.Duration
 	// Metrics, when set, counts per pool and member.
 	Metrics *Metrics
 	// Log receives a line per member failure at V(1); it never holds a
@@ -87,9 +94,12 @@ type Gateway struct {
 	dial      time.Duration
 	next      atomic.Uint64 // round-robin position
 	transport *http.Transport
-	metrics   *Metrics
-	log       logr.Logger
-	now       func() time.Time
+	// maxAttempts, ejectAfter and ejectFor: see Config.
+	maxAttempts, ejectAfter int
+	ejectFor                time.Duration
+	metrics                 *Metrics
+	log                     logr.Logger
+	now                     func() time.Time
 }
 
 var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
@@ -112,8 +122,18 @@ func New(cfg Config) (*Gateway, error) {
 	default:
 		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
 	}
+	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 {
+		return nil, errors.New("gateway: attempts, ejection bound and cool-down must not be negative")
+	}
 	g := &Gateway{members: cfg.Members, strategy: cfg.Strategy, dial: orDefault(cfg.DialTimeout, DefaultDialTimeout),
+		maxAttempts: cfg.MaxAttempts, ejectAfter: cfg.EjectAfter, ejectFor: orDefault(cfg.EjectFor, DefaultEjectFor),
 		metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+	if g.maxAttempts == 0 {
+		g.maxAttempts = DefaultMaxAttempts
+	}
+	if g.ejectAfter == 0 {
+		g.ejectAfter = DefaultEjectAfter
+	}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -140,7 +160,11 @@ func New(cfg Config) (*Gateway, error) {
 			}
 			ctx, cancel := context.WithTimeout(ctx, g.dial)
 			defer cancel()
-			return dialer.DialContext(ctx, network, addr)
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return c, nil
 		},
 		DisableCompression:    true,
 		MaxIdleConns:          1024,
@@ -219,31 +243,6 @@ func parseBasic(value string) (user, pass string, ok bool) {
 	return strings.Cut(string(raw), ":")
 }
 
-// pick chooses the member of one request or tunnel, or refuses it: among
-// the members the route allows and that sit out no cool-down, the session's
-// place, or the strategy's choice.
-func (g *Gateway) pick(rt *route) (*Member, error) {
-	all, err := rt.restrict(g.members.Members())
-	if err != nil {
-		return nil, err
-	}
-	now := g.now()
-	candidates := make([]*Member, 0, len(all))
-	for _, m := range all {
-		if !m.state.ejected(now) {
-			candidates = append(candidates, m)
-		}
-	}
-	if len(candidates) == 0 {
-		return nil, &forwardproxy.RefusedError{Code: http.StatusServiceUnavailable,
-			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1"}
-	}
-	if rt != nil && rt.session != "" {
-		return place(sessionKey(rt.session, rt.ttl, now), candidates), nil
-	}
-	return g.choose(candidates), nil
-}
-
 // choose applies the strategy to candidates (not empty).
 func (g *Gateway) choose(candidates []*Member) *Member {
 	switch g.strategy {
@@ -277,19 +276,12 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.Clone(req.Context())
 		req.Header.Del(SessionHeader)
 	}
-	m, err := g.pick(rt)
-	if err != nil {
-		return nil, err
-	}
-	release := g.begin(m, MethodHTTP)
-	resp, err := g.transport.RoundTrip(req.WithContext(context.WithValue(req.Context(), memberKey{}, m)))
-	if err != nil {
-		release()
-		g.failed(m, causeOf(err), err)
-		return nil, fmt.Errorf("member %s: %w", m, err)
-	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
-	return resp, nil
+	return g.roundTrip(req, rt)
+}
+
+// withMember is ctx naming the member the Transport sends to.
+func withMember(ctx context.Context, m *Member) context.Context {
+	return context.WithValue(ctx, memberKey{}, m)
 }
 
 // TunnelHeaders implements forwardproxy.TunnelHeaderReader: the session
@@ -310,17 +302,33 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 			return nil, err
 		}
 	}
-	m, err := g.pick(rt)
+	candidates, err := g.eligible(rt)
 	if err != nil {
 		return nil, err
 	}
-	release := g.begin(m, MethodConnect)
-	c, err := g.connect(ctx, m, target)
-	if err != nil {
+	// The client gets no byte before the tunnel is open, so every failed
+	// attempt may go to another member.
+	var tried []*Member
+	for {
+		m := g.nextMember(rt, candidates, tried)
+		tried = append(tried, m)
+		release := g.begin(m, MethodConnect)
+		c, err := g.connect(ctx, m, target)
+		if err == nil {
+			g.succeeded(m)
+			return c.withRelease(release), nil
+		}
 		release()
-		return nil, err
+		f, ok := errors.AsType[*attemptError](err)
+		if !ok {
+			return nil, err
+		}
+		g.failed(m, f)
+		if !f.member || len(tried) >= g.maxAttempts || len(tried) >= len(candidates) || ctx.Err() != nil {
+			return nil, err
+		}
+		g.retried(m, MethodConnect)
 	}
-	return c.withRelease(release), nil
 }
 
 // begin counts a request or tunnel on m; the function it returns ends it.
@@ -333,14 +341,6 @@ func (g *Gateway) begin(m *Member, method string) func() {
 	return func() { once.Do(func() { m.state.active.Add(-1) }) }
 }
 
-// failed records a failed attempt on m.
-func (g *Gateway) failed(m *Member, cause string, err error) {
-	if g.metrics != nil {
-		g.metrics.failures.WithLabelValues(m.Pool, m.Name, cause).Inc()
-	}
-	g.log.V(1).Info("member failed", "member", m.String(), "cause", cause, "error", err.Error())
-}
-
 // connect opens a tunnel to target through m: it dials the member, sends
 // CONNECT with the member's credentials and reads its answer.
 func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunnelConn, error) {
@@ -349,8 +349,7 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", m.target.host)
 	if err != nil {
-		g.failed(m, causeOf(err), err)
-		return nil, fmt.Errorf("member %s: %w", m, err)
+		return nil, &attemptError{cause: causeOf(err), member: true, err: fmt.Errorf("member %s: %w", m, err)}
 	}
 	deadline, _ := ctx.Deadline()
 	_ = c.SetDeadline(deadline)
@@ -365,15 +364,13 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	}
 	if err != nil {
 		_ = c.Close()
-		g.failed(m, causeOf(err), err)
-		return nil, fmt.Errorf("member %s: CONNECT: %w", m, err)
+		return nil, &attemptError{cause: causeOf(err), member: true, sent: true, err: fmt.Errorf("member %s: CONNECT: %w", m, err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
 		_ = c.Close()
-		cause := "status-" + strconv.Itoa(resp.StatusCode)
-		g.failed(m, cause, errors.New(resp.Status))
-		return nil, memberRefusal(m, resp)
+		return nil, &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: memberStatus(resp.StatusCode), sent: true,
+			err: memberRefusal(m, resp)}
 	}
 	_ = c.SetDeadline(time.Time{})
 	tc := &tunnelConn{Conn: c}
