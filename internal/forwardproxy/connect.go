@@ -203,7 +203,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	if !s.unsetFresh(c, true) {
 		return
 	}
-	x := &exchange{start: time.Now(), method: MethodConnect, verb: http.MethodConnect, remote: c.RemoteAddr()}
+	x := &exchange{start: time.Now(), method: MethodConnect, verb: http.MethodConnect, remote: c.RemoteAddr(), proxyStatus: s.p.proxyStatus}
 	var tun *tunnel
 	if he != nil {
 		x.err = he
@@ -324,6 +324,9 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 	b = append(b, "\r\n"...)
 	if r.key != "" {
 		b = append(b, r.key+": "+r.value+"\r\n"...)
+	}
+	if ps := proxyStatus(x.proxyStatus, r); ps != "" {
+		b = append(b, ProxyStatusHeader+": "+ps+"\r\n"...)
 	}
 	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)

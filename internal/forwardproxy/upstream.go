@@ -66,7 +66,10 @@ type RefusedError struct {
 	Message string
 	// Header and Value are one header of the answer, such as Retry-After.
 	Header, Value string
-	Err           error
+	// ProxyError is the RFC 9209 error type of the answer's Proxy-Status
+	// (ProxyError* constants); empty: the one its Code implies.
+	ProxyError string
+	Err        error
 }
 
 func (e *RefusedError) Error() string {
@@ -80,7 +83,7 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 
 // refusal is how the Proxy answers e.
 func (e *RefusedError) refusal() refusal {
-	return refusal{code: e.Code, msg: e.Message, key: e.Header, value: e.Value}
+	return refusal{code: e.Code, msg: e.Message, key: e.Header, value: e.Value, proxyError: e.ProxyError}
 }
 
 // authorize runs the credentials check of a request: the Upstream's when
