@@ -112,7 +112,8 @@ func (g *Gateway) eligible(rt *route) ([]*Member, error) {
 	}
 	if len(all) == 0 {
 		return nil, &forwardproxy.RefusedError{Code: http.StatusServiceUnavailable,
-			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1"}
+			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1",
+			ProxyError: forwardproxy.ProxyErrorDestinationUnavailable}
 	}
 	now := g.now()
 	candidates := make([]*Member, 0, len(all))
@@ -184,8 +185,13 @@ func (g *Gateway) retried(m *Member, method string) {
 
 // roundTrip sends req through members until one answers, or failover gives
 // up: then the last attempt's answer (a member's 502 or 503 as it is, its
-// 407 as a 502 of the gateway's) or error.
+// 407 as a 502 of the gateway's) or error; 429 when every member it may use
+// is at its limit.
 func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error) {
+	host, err := destHost(req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
 	candidates, err := g.eligible(rt)
 	if err != nil {
 		return nil, err
@@ -197,10 +203,19 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		req.Body = keepOpen{req.Body}
 	}
 	var tried []*Member
-	for {
-		m := g.nextMember(rt, candidates, tried)
-		tried = append(tried, m)
-		release := g.begin(m, MethodHTTP)
+	var last *failedAttempt
+	for attempts := 0; ; {
+		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodHTTP)
+		if m == nil {
+			if last != nil {
+				return g.giveUp(last)
+			}
+			return nil, limitRefusal(wait)
+		}
+		if last != nil {
+			last.discard()
+			g.retried(last.m, MethodHTTP)
+		}
 		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
 		f := classify(resp, err)
 		if f == nil {
@@ -209,31 +224,51 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			return resp, nil
 		}
 		g.failed(m, f)
-		last := len(tried) >= g.maxAttempts || len(tried) >= len(candidates) || !retryable(req, f)
-		if !last {
-			if resp != nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-				_ = resp.Body.Close()
-			}
-			release()
-			g.retried(m, MethodHTTP)
-			continue
+		attempts++
+		last = &failedAttempt{m: m, resp: resp, err: err, release: release}
+		if attempts >= g.maxAttempts || !retryable(req, f) {
+			return g.giveUp(last)
 		}
-		switch {
-		case resp == nil:
-			release()
-			return nil, fmt.Errorf("member %s: %w", m, err)
-		case resp.StatusCode == http.StatusProxyAuthRequired:
-			// The client must not be asked for credentials the member
-			// wants: they are the gateway's business.
-			_ = resp.Body.Close()
-			release()
-			return nil, &forwardproxy.RefusedError{Code: http.StatusBadGateway, Message: "bad gateway: the member proxy refused the gateway",
-				Err: fmt.Errorf("member %s answered %s", m, resp.Status)}
-		}
-		resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
-		return resp, nil
 	}
+}
+
+// failedAttempt is a plain request's failed attempt, kept until the next
+// member took the request or failover gave up.
+type failedAttempt struct {
+	m       *Member
+	resp    *http.Response // nil after an error
+	err     error
+	release func()
+}
+
+// discard drops the attempt's answer: another member took the request.
+func (a *failedAttempt) discard() {
+	if a.resp != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(a.resp.Body, 64<<10))
+		_ = a.resp.Body.Close()
+	}
+	a.release()
+}
+
+// giveUp answers with the last failed attempt.
+func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
+	switch {
+	case a.resp == nil:
+		a.release()
+		return nil, fmt.Errorf("member %s: %w", a.m, a.err)
+	case a.resp.StatusCode == http.StatusProxyAuthRequired:
+		// The client must not be asked for credentials the member
+		// wants: they are the gateway's business.
+		_ = a.resp.Body.Close()
+		a.release()
+		return nil, &forwardproxy.RefusedError{Code: http.StatusBadGateway, Message: "bad gateway: the member proxy refused the gateway",
+			ProxyError: forwardproxy.ProxyErrorDestinationUnavailable, Err: fmt.Errorf("member %s answered %s", a.m, a.resp.Status)}
+	}
+	// The member's answer, passed on: the gateway adds its own member to
+	// Proxy-Status, which says what it received and names no next hop.
+	a.resp.Header.Add(forwardproxy.ProxyStatusHeader, g.name+"; received-status="+strconv.Itoa(a.resp.StatusCode))
+	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release}
+	return a.resp, nil
 }
 
 // keepOpen is a request body that the Transport cannot close.

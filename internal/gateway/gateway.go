@@ -52,6 +52,8 @@ const (
 	DefaultResponseHeaderTimeout = time.Minute
 	// DefaultIdleTimeout closes idle keep-alive connections to members.
 	DefaultIdleTimeout = 90 * time.Second
+	// DefaultName names the gateway in Proxy-Status.
+	DefaultName = "egress-gateway"
 )
 
 // Config configures a Gateway.
@@ -74,6 +76,17 @@ type Config struct {
 	// zero means DefaultEjectAfter and DefaultEjectFor.
 	EjectAfter int
 	EjectFor   time.Duration
+	// MaxPerMember caps the requests and tunnels a member carries at once
+	// through this gateway; zero means DefaultMaxPerMember.
+	MaxPerMember int
+	// HostRate, when positive, caps the requests and tunnels per second
+	// through one member to one destination host, with bursts of
+	// HostBurst (zero: the rate rounded up).
+	HostRate  float64
+	HostBurst int
+	// Name is the gateway's name in Proxy-Status; empty means
+	// DefaultName.
+	Name string
 	// Metrics, when set, counts per pool and member.
 	Metrics *Metrics
 	// Log receives a line per member failure at V(1); it never holds a
@@ -94,12 +107,14 @@ type Gateway struct {
 	dial      time.Duration
 	next      atomic.Uint64 // round-robin position
 	transport *http.Transport
-	// maxAttempts, ejectAfter and ejectFor: see Config.
-	maxAttempts, ejectAfter int
-	ejectFor                time.Duration
-	metrics                 *Metrics
-	log                     logr.Logger
-	now                     func() time.Time
+	// maxAttempts, ejectAfter, ejectFor, maxPerMember: see Config.
+	maxAttempts, ejectAfter, maxPerMember int
+	ejectFor                              time.Duration
+	rates                                 *rateLimiter // nil without a HostRate
+	name                                  string
+	metrics                               *Metrics
+	log                                   logr.Logger
+	now                                   func() time.Time
 }
 
 var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
@@ -122,12 +137,21 @@ func New(cfg Config) (*Gateway, error) {
 	default:
 		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
 	}
-	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 {
-		return nil, errors.New("gateway: attempts, ejection bound and cool-down must not be negative")
+	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 {
+		return nil, errors.New("gateway: attempts, ejection bound, cool-down and limits must not be negative")
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
 	}
 	g := &Gateway{members: cfg.Members, strategy: cfg.Strategy, dial: orDefault(cfg.DialTimeout, DefaultDialTimeout),
 		maxAttempts: cfg.MaxAttempts, ejectAfter: cfg.EjectAfter, ejectFor: orDefault(cfg.EjectFor, DefaultEjectFor),
-		metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+		maxPerMember: cfg.MaxPerMember, name: cfg.Name, metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+	if g.maxPerMember == 0 {
+		g.maxPerMember = DefaultMaxPerMember
+	}
+	if cfg.HostRate > 0 {
+		g.rates = newRateLimiter(cfg.HostRate, cfg.HostBurst)
+	}
 	if g.maxAttempts == 0 {
 		g.maxAttempts = DefaultMaxAttempts
 	}
@@ -302,6 +326,10 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 			return nil, err
 		}
 	}
+	host, err := destHost(target)
+	if err != nil {
+		return nil, err
+	}
 	candidates, err := g.eligible(rt)
 	if err != nil {
 		return nil, err
@@ -309,10 +337,19 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 	// The client gets no byte before the tunnel is open, so every failed
 	// attempt may go to another member.
 	var tried []*Member
-	for {
-		m := g.nextMember(rt, candidates, tried)
-		tried = append(tried, m)
-		release := g.begin(m, MethodConnect)
+	var last error
+	var lastMember *Member
+	for attempts := 0; ; {
+		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodConnect)
+		if m == nil {
+			if last != nil {
+				return nil, last
+			}
+			return nil, limitRefusal(wait)
+		}
+		if last != nil {
+			g.retried(lastMember, MethodConnect)
+		}
 		c, err := g.connect(ctx, m, target)
 		if err == nil {
 			g.succeeded(m)
@@ -324,21 +361,12 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 			return nil, err
 		}
 		g.failed(m, f)
-		if !f.member || len(tried) >= g.maxAttempts || len(tried) >= len(candidates) || ctx.Err() != nil {
+		attempts++
+		last, lastMember = err, m
+		if !f.member || attempts >= g.maxAttempts || ctx.Err() != nil {
 			return nil, err
 		}
-		g.retried(m, MethodConnect)
 	}
-}
-
-// begin counts a request or tunnel on m; the function it returns ends it.
-func (g *Gateway) begin(m *Member, method string) func() {
-	m.state.active.Add(1)
-	if g.metrics != nil {
-		g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
-	}
-	var once sync.Once
-	return func() { once.Do(func() { m.state.active.Add(-1) }) }
 }
 
 // connect opens a tunnel to target through m: it dials the member, sends
@@ -517,7 +545,7 @@ func NewProxy(g *Gateway, o ProxyOptions) (*forwardproxy.Proxy, error) {
 	}
 	return forwardproxy.New(forwardproxy.Config{
 		Upstream: g, AllowedSourceRanges: o.AllowedSourceRanges, AllowOpen: o.AllowOpen,
-		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log,
+		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log, ProxyStatus: g.name,
 		// The members apply their own egress policy, ports included; the
 		// gateway reaches no destination itself.
 		Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}},

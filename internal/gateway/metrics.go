@@ -17,6 +17,7 @@ type Metrics struct {
 	failures  *prometheus.CounterVec
 	retries   *prometheus.CounterVec
 	ejections *prometheus.CounterVec
+	limited   *prometheus.CounterVec
 	members   *prometheus.GaugeVec
 }
 
@@ -39,12 +40,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "egress_proxies", Name: "gateway_ejections_total",
 			Help: "Times a member was ejected for a cool-down after failures in a row, by pool and member.",
 		}, []string{"pool", "member"}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "egress_proxies", Name: "gateway_member_limited_total",
+			Help: "Requests and tunnels a member could not take because it was at a limit (concurrency, or rate to the destination host), by pool, member and limit; a request that no member could take is answered 429.",
+		}, []string{"pool", "member", "limit"}),
 		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "egress_proxies", Name: "gateway_members",
 			Help: "Members the gateway may send to, by pool.",
 		}, []string{"pool"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.members} {
+	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
