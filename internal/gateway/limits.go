@@ -180,7 +180,8 @@ func newLRU[K comparable, V any](size int) *lru[K, V] {
 func (c *lru[K, V]) get(k K) (V, bool) {
 	if e, ok := c.items[k]; ok {
 		c.order.MoveToFront(e)
-		return e.Value.(lruEntry[K, V]).val, true //nolint:forcetypeassert // the list holds only lruEntry[K, V].
+		ent, _ := e.Value.(lruEntry[K, V]) // the list holds only lruEntry[K, V]
+		return ent.val, true
 	}
 	var zero V
 	return zero, false
@@ -196,7 +197,8 @@ func (c *lru[K, V]) put(k K, v V) {
 	for c.order.Len() > c.size {
 		oldest := c.order.Back()
 		c.order.Remove(oldest)
-		delete(c.items, oldest.Value.(lruEntry[K, V]).key) //nolint:forcetypeassert // as in get.
+		ent, _ := oldest.Value.(lruEntry[K, V])
+		delete(c.items, ent.key)
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func TestLRUForgetsTheLeastRecentlyUsed(t *testing.T) {
 		t.Errorf("after puts and gets (-want +got):\n%s", diff)
 	}
 	for i := range 1000 {
-		c.put(fmt.Sprint(i), i)
+		c.put(strconv.Itoa(i), i)
 	}
 	if c.len() != 3 {
 		t.Errorf("after 1000 puts the map holds %d; want its size, 3", c.len())
@@ -61,7 +62,7 @@ func TestRateLimiterBounds(t *testing.T) {
 	}
 	r := newRateLimiter(1, 1)
 	for i := range maxRateKeys + 100 {
-		r.take(uint64(i), "example.org", t0) //nolint:gosec // G115: i is not negative.
+		r.take(uint64(i), "example.org", t0)
 	}
 	if n := r.buckets.len(); n != maxRateKeys {
 		t.Errorf("after %d pairs the limiter keeps %d; want its bound, %d", maxRateKeys+100, n, maxRateKeys)

@@ -187,11 +187,11 @@ func TestBadOptionsAreRefused(t *testing.T) {
 		if code, body, _, _ := get(h.client(t, gwUser), origin.URL, http.Header{gateway.SessionHeader: tc.values}); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
 			t.Errorf("%s: %d %q; want 400 with %q", tc.reason, code, body, tc.want)
 		}
-		var extra string
+		var extra strings.Builder
 		for _, v := range tc.values {
-			extra += gateway.SessionHeader + ": " + v + "\r\n"
+			extra.WriteString(gateway.SessionHeader + ": " + v + "\r\n")
 		}
-		resp, _, _ := connect(t, h.addr, target, basic(gwUser, gwPass), extra)
+		resp, _, _ := connect(t, h.addr, target, basic(gwUser, gwPass), extra.String())
 		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
