@@ -76,6 +76,53 @@ type ProxyGatewaySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port,omitempty"`
+
+	// maxConcurrentPerMember caps the requests and tunnels one member
+	// carries at once through each gateway pod. A request whose member is
+	// at its cap goes to another member; when every member it may use is at
+	// its cap, it is answered 429 with Retry-After (a session does not move
+	// for a cap: it gets the 429).
+	// +optional
+	// +kubebuilder:default=128
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	MaxConcurrentPerMember int32 `json:"maxConcurrentPerMember,omitempty"`
+
+	// memberHostRequestsPerMinute, when set, caps the requests and tunnels
+	// per minute through one member to one destination host, per gateway
+	// pod (bursts of up to a second's worth, at least one): so that when one
+	// egress address is banned, the others do not take its load all at once
+	// and get banned too. Past it, as past maxConcurrentPerMember.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=600000
+	MemberHostRequestsPerMinute int32 `json:"memberHostRequestsPerMinute,omitempty"`
+
+	// maxAttempts bounds the members one request or tunnel tries when a
+	// member fails before any byte reached the client (failover); 1 turns
+	// failover off.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	MaxAttempts int32 `json:"maxAttempts,omitempty"`
+
+	// ejectAfter member failures in a row take the member out of a pod's
+	// picks for ejectSeconds; the pool's probe still decides whether it
+	// stays a member.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	EjectAfter int32 `json:"ejectAfter,omitempty"`
+
+	// ejectSeconds is how long an ejected member gets no new request or
+	// tunnel.
+	// +optional
+	// +kubebuilder:default=30
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	EjectSeconds int32 `json:"ejectSeconds,omitempty"`
 }
 
 // ProxyGatewayStatus is what the operator observed of the gateway.

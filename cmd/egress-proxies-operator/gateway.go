@@ -43,6 +43,11 @@ type gatewayOptions struct {
 	maxConcurrent       int
 	maxConnections      int
 	readHeader          time.Duration
+	maxAttempts         int
+	ejectAfter          int
+	ejectFor            time.Duration
+	maxPerMember        int
+	hostPerMinute       int
 }
 
 // runGateway runs `egress-proxies-operator gateway`, a pool gateway (see
@@ -73,6 +78,11 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
 	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
 	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
+	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
+	fs.IntVar(&o.ejectAfter, "eject-after", gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
+	fs.DurationVar(&o.ejectFor, "eject-for", gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
+	fs.IntVar(&o.maxPerMember, "max-per-member", gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
+	fs.IntVar(&o.hostPerMinute, "member-host-requests-per-minute", 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -118,7 +128,9 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	}
 	set := gateway.NewSet()
 	g, err := gateway.New(gateway.Config{Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
-		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, Metrics: gm, Log: log.WithName("members")})
+		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
+		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60,
+		Metrics: gm, Log: log.WithName("members")})
 	if err != nil {
 		return err
 	}

@@ -81,6 +81,12 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	if c.Image != gatewayImage || c.Args[0] != "gateway" || !slices.Contains(c.Args, "--pools=crawl") || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("container: image %q args %q readiness %v", c.Image, c.Args, c.ReadinessProbe)
 	}
+	// The API server's defaults of the limits reach the pods as flags.
+	for _, flag := range []string{"--max-per-member=128", "--max-attempts=3", "--eject-after=3", "--eject-for=30s"} {
+		if !slices.Contains(c.Args, flag) {
+			t.Errorf("container args %q; want %s", c.Args, flag)
+		}
+	}
 	if dep.Spec.Template.Spec.ServiceAccountName != name {
 		t.Errorf("pods run as %q; want %s", dep.Spec.Template.Spec.ServiceAccountName, name)
 	}

@@ -132,6 +132,7 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 	if len(gw.Spec.AllowedSourceRanges) > 0 {
 		args = append(args, "--allowed-source-ranges="+strings.Join(gw.Spec.AllowedSourceRanges, ","))
 	}
+	args = append(args, gatewayLimitArgs(gw)...)
 	env := []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
 	if !gatewayAuthNone(gw) {
 		ref := func(key string) *corev1.EnvVarSource {
@@ -183,6 +184,29 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 			},
 		},
 	}}
+}
+
+// gatewayLimitArgs are the failover and limit flags of the gateway
+// subcommand; a field left zero (an object the API server did not default,
+// in tests) leaves the subcommand's default.
+func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
+	var args []string
+	for _, f := range []struct {
+		flag  string
+		value int32
+		unit  string
+	}{
+		{"--max-per-member", gw.Spec.MaxConcurrentPerMember, ""},
+		{"--member-host-requests-per-minute", gw.Spec.MemberHostRequestsPerMinute, ""},
+		{"--max-attempts", gw.Spec.MaxAttempts, ""},
+		{"--eject-after", gw.Spec.EjectAfter, ""},
+		{"--eject-for", gw.Spec.EjectSeconds, "s"},
+	} {
+		if f.value > 0 {
+			args = append(args, f.flag+"="+strconv.Itoa(int(f.value))+f.unit)
+		}
+	}
+	return args
 }
 
 func gatewayStrategy(gw *crawlv1alpha1.ProxyGateway) crawlv1alpha1.GatewayStrategy {

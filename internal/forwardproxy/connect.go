@@ -187,7 +187,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	}
 	var head connectHead
 	// The scratch buffer is kept with the reader, grown or not.
-	head, hr.scratch, err = readConnectHead(hr.br, hr.scratch, maxHeaderBytes)
+	head, hr.scratch, err = readConnectHead(hr.br, hr.scratch, maxHeaderBytes, s.p.tunnelHeaders)
 	var early []byte
 	if err == nil {
 		// A copy: the tunnel must not keep the pooled reader.
@@ -203,7 +203,7 @@ func (s *connServer) serveConn(c net.Conn) {
 	if !s.unsetFresh(c, true) {
 		return
 	}
-	x := &exchange{start: time.Now(), method: MethodConnect, verb: http.MethodConnect, remote: c.RemoteAddr()}
+	x := &exchange{start: time.Now(), method: MethodConnect, verb: http.MethodConnect, remote: c.RemoteAddr(), proxyStatus: s.p.proxyStatus}
 	var tun *tunnel
 	if he != nil {
 		x.err = he
@@ -270,6 +270,9 @@ func peekBuffered(br *bufio.Reader) []byte {
 // to run, holding a slot that the caller releases once it ended, or nil
 // after a refusal.
 func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, early []byte, x *exchange) *tunnel {
+	if h.upstream != nil {
+		ctx = context.WithValue(ctx, tunnelHeaderKey{}, h.upstream)
+	}
 	switch {
 	case !sourceAddrAllowed(p.ranges, c.RemoteAddr()):
 		x.refuseConn(c, refuseSource)
@@ -321,6 +324,9 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 	b = append(b, "\r\n"...)
 	if r.key != "" {
 		b = append(b, r.key+": "+r.value+"\r\n"...)
+	}
+	if ps := proxyStatus(x.proxyStatus, r); ps != "" {
+		b = append(b, ProxyStatusHeader+": "+ps+"\r\n"...)
 	}
 	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)

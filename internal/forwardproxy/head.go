@@ -18,6 +18,9 @@ type connectHead struct {
 	target string
 	// proxyAuthorization is the Proxy-Authorization value, "" if absent.
 	proxyAuthorization string
+	// upstream holds the header fields an Upstream asked to read
+	// (TunnelHeaderReader), by canonical name; nil when none was sent.
+	upstream http.Header
 }
 
 // headError is a request head the proxy refuses to read further: code is
@@ -59,10 +62,11 @@ func isConnect(first []byte) bool {
 
 // readConnectHead reads a CONNECT request's head from br, at most limit
 // bytes from the request line to the empty line that ends the headers,
-// and parses it. What follows the head stays in br: bytes a client sent
+// and parses it, keeping the values of the fields named in want (canonical
+// names). What follows the head stays in br: bytes a client sent
 // without waiting for the answer belong to the tunnel. An error is either
 // a *headError, to answer, or the connection's read error.
-func readConnectHead(br *bufio.Reader, scratch []byte, limit int) (connectHead, []byte, error) {
+func readConnectHead(br *bufio.Reader, scratch []byte, limit int, want []string) (connectHead, []byte, error) {
 	head := scratch[:0]
 	lineStart := 0
 	for {
@@ -82,7 +86,7 @@ func readConnectHead(br *bufio.Reader, scratch []byte, limit int) (connectHead, 
 		}
 		if lineStart > 0 && len(trimEOL(head[lineStart:])) == 0 {
 			// The empty line after the request line and the headers.
-			h, herr := parseConnectHead(head)
+			h, herr := parseConnectHead(head, want)
 			return h, head, herr
 		}
 		lineStart = len(head)
@@ -94,8 +98,10 @@ func readConnectHead(br *bufio.Reader, scratch []byte, limit int) (connectHead, 
 // It is strict where leniency would let a request mean one thing here and
 // another to a server behind or in front of the proxy (RFC 9112): no space
 // before a header's colon, no folded lines, no control characters, no
-// duplicate Host or Proxy-Authorization, no body.
-func parseConnectHead(head []byte) (connectHead, error) {
+// duplicate Host or Proxy-Authorization, no body. The values of the fields
+// named in want (canonical names) are kept in h.upstream, every one of
+// them: what a repeated field means is the Upstream's to decide.
+func parseConnectHead(head []byte, want []string) (connectHead, error) {
 	line, rest, _ := bytes.Cut(head, []byte{'\n'})
 	line, ok := cutCR(line)
 	if !ok {
@@ -152,6 +158,15 @@ func parseConnectHead(head []byte) (connectHead, error) {
 		case equalFold(name, "Content-Length"):
 			if string(value) != "0" {
 				return connectHead{}, errBody
+			}
+		default:
+			for _, w := range want {
+				if equalFold(name, w) {
+					if h.upstream == nil {
+						h.upstream = http.Header{}
+					}
+					h.upstream[w] = append(h.upstream[w], string(value))
+				}
 			}
 		}
 	}

@@ -126,7 +126,7 @@ func TestParseConnectHead(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseConnectHead([]byte(tc.head))
+			got, err := parseConnectHead([]byte(tc.head), nil)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Errorf("%s: error = %v, want %v", tc.reason, err, tc.wantErr)
@@ -185,7 +185,7 @@ func TestReadConnectHead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			br := bufio.NewReaderSize(strings.NewReader(tc.in), 4<<10)
-			got, _, err := readConnectHead(br, nil, tc.limit)
+			got, _, err := readConnectHead(br, nil, tc.limit, nil)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Errorf("%s: error = %v, want %v", tc.reason, err, tc.wantErr)
@@ -260,7 +260,7 @@ func FuzzParseConnectHead(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, head []byte) {
 		br := bufio.NewReader(strings.NewReader(string(head)))
-		got, _, err := readConnectHead(br, nil, 64<<10)
+		got, _, err := readConnectHead(br, nil, 64<<10, nil)
 		if err != nil {
 			return
 		}

@@ -94,6 +94,10 @@ type Config struct {
 	// direct dials, and checks credentials in place of Username and
 	// Password (see Upstream).
 	Upstream Upstream
+	// ProxyStatus, when set, is the proxy's name in the RFC 9209
+	// Proxy-Status header of every answer it gives itself (a token such
+	// as egress-gateway); empty: no such header.
+	ProxyStatus string
 }
 
 // String describes c without its credentials.
@@ -134,6 +138,10 @@ type Proxy struct {
 	transport   *http.Transport
 	forwarder   *httputil.ReverseProxy
 	upstream    Upstream // nil: destinations are dialed directly
+	proxyStatus string   // the name in Proxy-Status, "" for none
+	// tunnelHeaders are the CONNECT header fields the Upstream reads
+	// (TunnelHeaderReader), canonical names.
+	tunnelHeaders []string
 }
 
 // New checks cfg and builds a Proxy.
@@ -153,6 +161,9 @@ func New(cfg Config) (*Proxy, error) {
 	if err := cfg.Egress.Validate(); err != nil {
 		return nil, fmt.Errorf("forwardproxy: %w", err)
 	}
+	if cfg.ProxyStatus != "" && !validProxyStatusName(cfg.ProxyStatus) {
+		return nil, fmt.Errorf("forwardproxy: the Proxy-Status name %q is not a token", cfg.ProxyStatus)
+	}
 	p := &Proxy{
 		egress:      newEgress(cfg.Egress),
 		resolver:    cfg.Resolver,
@@ -160,6 +171,7 @@ func New(cfg Config) (*Proxy, error) {
 		idleTimeout: cfg.IdleTimeout,
 		metrics:     cfg.Metrics,
 		access:      cfg.AccessLog,
+		proxyStatus: cfg.ProxyStatus,
 	}
 	if p.access.GetSink() == nil {
 		p.access = cfg.Log.V(1)
@@ -280,13 +292,19 @@ type exchange struct {
 	// conn is the client's connection on the net/http path, when Serve
 	// runs the Proxy; nil otherwise.
 	conn net.Conn
+	// proxyStatus is the Proxy's name for Proxy-Status, "" for none.
+	proxyStatus string
 }
 
-// refusal is an answer other than 200, with at most one header of its own.
+// refusal is an answer other than 200, with at most one header of its own
+// besides Proxy-Status.
 type refusal struct {
 	code       int
 	msg        string
 	key, value string
+	// proxyError is its RFC 9209 error type; "" means the one its code
+	// implies (proxyErrorOf).
+	proxyError string
 }
 
 // refuseWith answers r through w and ends the connection: every answer the
@@ -298,6 +316,9 @@ func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
 	x.status = r.code
 	if r.key != "" {
 		w.Header().Set(r.key, r.value)
+	}
+	if ps := proxyStatus(x.proxyStatus, r); ps != "" {
+		w.Header().Set(ProxyStatusHeader, ps)
 	}
 	w.Header().Set("Connection", "close")
 	if c, ok := x.conn.(refusedConn); ok {
@@ -320,7 +341,7 @@ type exchangeKey struct{}
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: destination(r), source: r.RemoteAddr}
+	x := &exchange{start: time.Now(), method: MethodHTTP, verb: r.Method, host: destination(r), source: r.RemoteAddr, proxyStatus: p.proxyStatus}
 	x.conn, _ = r.Context().Value(connKey{}).(net.Conn)
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
@@ -400,7 +421,7 @@ const upstreamErrorHeader = "X-Upstream-Error"
 // deniedRefusal is the 403 for a destination the egress policy refuses.
 func deniedRefusal(d *DeniedError) refusal {
 	return refusal{code: http.StatusForbidden, msg: "forbidden by the egress policy: " + strings.TrimPrefix(d.Error(), "egress policy: "),
-		key: deniedHeader, value: d.Reason}
+		key: deniedHeader, value: d.Reason, proxyError: ProxyErrorHTTPRequestDenied}
 }
 
 // refuseDestination is the one answer for every destination that the
@@ -409,7 +430,8 @@ func deniedRefusal(d *DeniedError) refusal {
 // cannot tell from it whether an internal name exists, nor what kind of
 // range it resolves to. The reason is in the log line.
 var refuseDestination = refusal{code: http.StatusForbidden,
-	msg: "forbidden by the egress policy: the destination is not allowed, or its name does not resolve to an allowed address"}
+	msg:        "forbidden by the egress policy: the destination is not allowed, or its name does not resolve to an allowed address",
+	proxyError: ProxyErrorDestinationIPProhibited}
 
 // finish records the request's metrics and logs its line. It runs deferred,
 // also when ReverseProxy aborts a response with http.ErrAbortHandler.
@@ -501,7 +523,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 func (p *Proxy) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
 	x, ok := r.Context().Value(exchangeKey{}).(*exchange)
 	if !ok {
-		x = &exchange{}
+		x = &exchange{proxyStatus: p.proxyStatus}
 	}
 	x.err = err
 	x.refuseWith(w, upstreamRefusal(err))
@@ -527,19 +549,19 @@ func upstreamRefusal(err error) refusal {
 	}
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return refusal{code: http.StatusGatewayTimeout, msg: "gateway timeout: the upstream server did not answer in time",
-			key: upstreamErrorHeader, value: "timeout"}
+			key: upstreamErrorHeader, value: "timeout", proxyError: timeoutErrorOf(err)}
 	}
-	cause := "failed"
+	cause, perr := "failed", ProxyErrorDestinationUnavailable
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		cause = "refused"
+		cause, perr = "refused", ProxyErrorConnectionRefused
 	case errors.Is(err, syscall.ECONNRESET):
-		cause = "reset"
+		cause, perr = "reset", ProxyErrorConnectionTerminated
 	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
-		cause = "unreachable"
+		cause, perr = "unreachable", ProxyErrorDestinationIPUnroutable
 	}
 	return refusal{code: http.StatusBadGateway, msg: "bad gateway: the upstream server could not be reached",
-		key: upstreamErrorHeader, value: cause}
+		key: upstreamErrorHeader, value: cause, proxyError: perr}
 }
 
 // checkTarget checks a CONNECT target: host:port, and a port the egress

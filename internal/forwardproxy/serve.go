@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -85,7 +86,11 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 		o.MaxConnections = DefaultMaxConnections
 	}
 	drain := o.Drain
-	ln = &limitListener{Listener: ln, max: int64(o.MaxConnections)}
+	limited := &limitListener{Listener: ln, max: int64(o.MaxConnections), answer: tooMany}
+	if p, ok := h.(*Proxy); ok && p.proxyStatus != "" {
+		limited.answer = strings.Replace(tooMany, "\r\n\r\n", "\r\n"+ProxyStatusHeader+": "+p.proxyStatus+"; error="+ProxyErrorConnectionLimitReached+"\r\n\r\n", 1)
+	}
+	ln = limited
 	// Requests are not cancelled when ctx is done, only when the drain
 	// period ends.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -156,8 +161,9 @@ type serverKey struct{}
 // limitListener answers 503 to the connections past max and closes them.
 type limitListener struct {
 	net.Listener
-	max  int64
-	open atomic.Int64
+	max    int64
+	answer string // tooMany, with the Proxy's Proxy-Status
+	open   atomic.Int64
 }
 
 // tooMany is written, raw, to a connection over the limit: there is no
@@ -174,7 +180,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
 			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = io.WriteString(c, tooMany)
+			_, _ = io.WriteString(c, l.answer)
 			_ = c.Close()
 			continue
 		}

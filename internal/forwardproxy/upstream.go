@@ -35,6 +35,28 @@ type Upstream interface {
 	DialTunnel(ctx context.Context, target string) (net.Conn, error)
 }
 
+// TunnelHeaderReader is an Upstream that reads header fields of a CONNECT
+// request besides Proxy-Authorization (a gateway's session header): Serve's
+// strict parser keeps the values of the fields TunnelHeaders names, and
+// Authorize and DialTunnel find them with TunnelHeader. A plain request's
+// fields are in the request RoundTrip gets.
+type TunnelHeaderReader interface {
+	Upstream
+	// TunnelHeaders names the fields; it is called once, by New.
+	TunnelHeaders() []string
+}
+
+type tunnelHeaderKey struct{}
+
+// TunnelHeader returns the fields of a CONNECT request that the Upstream
+// named in TunnelHeaders, each with every value sent (a repeated field has
+// several), from the context that Authorize and DialTunnel get; nil when
+// the request sent none of them.
+func TunnelHeader(ctx context.Context) http.Header {
+	h, _ := ctx.Value(tunnelHeaderKey{}).(http.Header)
+	return h
+}
+
 // RefusedError is an Upstream's refusal with its own answer: Code and
 // Message (a sentence for the client, which must name no secret), with one
 // header when Header is set. Err, when set, is the cause, for the access
@@ -44,7 +66,10 @@ type RefusedError struct {
 	Message string
 	// Header and Value are one header of the answer, such as Retry-After.
 	Header, Value string
-	Err           error
+	// ProxyError is the RFC 9209 error type of the answer's Proxy-Status
+	// (ProxyError* constants); empty: the one its Code implies.
+	ProxyError string
+	Err        error
 }
 
 func (e *RefusedError) Error() string {
@@ -58,7 +83,7 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 
 // refusal is how the Proxy answers e.
 func (e *RefusedError) refusal() refusal {
-	return refusal{code: e.Code, msg: e.Message, key: e.Header, value: e.Value}
+	return refusal{code: e.Code, msg: e.Message, key: e.Header, value: e.Value, proxyError: e.ProxyError}
 }
 
 // authorize runs the credentials check of a request: the Upstream's when
@@ -122,6 +147,11 @@ func (p *Proxy) useUpstream(u Upstream) {
 	}
 	p.upstream = u
 	p.forwarder.Transport = u
+	if r, ok := u.(TunnelHeaderReader); ok {
+		for _, name := range r.TunnelHeaders() {
+			p.tunnelHeaders = append(p.tunnelHeaders, http.CanonicalHeaderKey(name))
+		}
+	}
 }
 
 // isRefused reports whether err carries an Upstream's own answer.

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
@@ -185,4 +187,61 @@ func connectAnswer(t *testing.T, proxyAddr, target, auth, header string) (int, s
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get(header)
+}
+
+// headerUpstream is a recordingUpstream that reads X-Route on CONNECT: it
+// records what TunnelHeader gave Authorize and DialTunnel.
+type headerUpstream struct {
+	recordingUpstream
+	mu  sync.Mutex
+	got []http.Header // Authorize's, then DialTunnel's, per tunnel
+}
+
+func (u *headerUpstream) TunnelHeaders() []string { return []string{"x-route"} }
+
+func (u *headerUpstream) Authorize(ctx context.Context, value string) (context.Context, error) {
+	u.mu.Lock()
+	u.got = append(u.got, forwardproxy.TunnelHeader(ctx))
+	u.mu.Unlock()
+	return u.recordingUpstream.Authorize(ctx, value)
+}
+
+func (u *headerUpstream) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
+	u.mu.Lock()
+	u.got = append(u.got, forwardproxy.TunnelHeader(ctx))
+	u.mu.Unlock()
+	return u.recordingUpstream.DialTunnel(ctx, target)
+}
+
+// TestTunnelHeadersReachTheUpstream: the CONNECT header fields an Upstream
+// names reach its Authorize and DialTunnel, every value of a repeated
+// field, whatever their case; other fields do not, and a CONNECT without
+// them gives nil.
+func TestTunnelHeadersReachTheUpstream(t *testing.T) {
+	up := &headerUpstream{recordingUpstream: recordingUpstream{accept: basic(testUser, testPassword)}}
+	h := start(t, forwardproxy.Config{Upstream: up, Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}}}, wait)
+	e := newEchoServer(t)
+	for _, tc := range []struct {
+		reason, extra string
+		want          http.Header
+	}{
+		{"no field of the upstream's", "X-Other: c\r\n", nil},
+		{"one field, in another case", "x-ROUTE: s1\r\nX-Other: c\r\n", http.Header{"X-Route": {"s1"}}},
+		{"a repeated field keeps every value, for the upstream to refuse", "X-Route: a\r\nX-Route:  b \r\n", http.Header{"X-Route": {"a", "b"}}},
+	} {
+		up.mu.Lock()
+		up.got = nil
+		up.mu.Unlock()
+		c, br := tunnel(t, h.addr, e.addr, basic(testUser, testPassword)+"\r\n"+strings.TrimSuffix(tc.extra, "\r\n"), "")
+		if got, err := echo(c, br, "ping"); err != nil || got != "ping" {
+			t.Fatalf("%s: tunnel: %q, %v", tc.reason, got, err)
+		}
+		_ = c.Close()
+		up.mu.Lock()
+		got := up.got
+		up.mu.Unlock()
+		if diff := cmp.Diff([]http.Header{tc.want, tc.want}, got); diff != "" {
+			t.Errorf("%s: what Authorize and DialTunnel saw (-want +got):\n%s", tc.reason, diff)
+		}
+	}
 }

@@ -13,6 +13,11 @@
 // the list names it, one that leaves gets no new request or tunnel, and
 // what it carries goes on until it ends.
 //
+// A member that fails (cannot be dialed, times out, answers 407, 502 or
+// 503) before any byte reached the client is replaced by another for that
+// request or tunnel, and one that keeps failing is ejected for a cool-down
+// (failover.go).
+//
 // The gateway dials member proxies only: its Transport refuses any address
 // that is not the chosen member's.
 package gateway

@@ -52,6 +52,8 @@ const (
 	DefaultResponseHeaderTimeout = time.Minute
 	// DefaultIdleTimeout closes idle keep-alive connections to members.
 	DefaultIdleTimeout = 90 * time.Second
+	// DefaultName names the gateway in Proxy-Status.
+	DefaultName = "egress-gateway"
 )
 
 // Config configures a Gateway.
@@ -67,6 +69,24 @@ type Config struct {
 	// DialTimeout, ResponseHeaderTimeout and IdleTimeout: see the
 	// defaults.
 	DialTimeout, ResponseHeaderTimeout, IdleTimeout time.Duration
+	// MaxAttempts bounds the members one request or tunnel tries
+	// (failover); zero means DefaultMaxAttempts, 1 turns failover off.
+	MaxAttempts int
+	// EjectAfter member failures in a row eject a member for EjectFor;
+	// zero means DefaultEjectAfter and DefaultEjectFor.
+	EjectAfter int
+	EjectFor   time.Duration
+	// MaxPerMember caps the requests and tunnels a member carries at once
+	// through this gateway; zero means DefaultMaxPerMember.
+	MaxPerMember int
+	// HostRate, when positive, caps the requests and tunnels per second
+	// through one member to one destination host, with bursts of
+	// HostBurst (zero: the rate rounded up).
+	HostRate  float64
+	HostBurst int
+	// Name is the gateway's name in Proxy-Status; empty means
+	// DefaultName.
+	Name string
 	// Metrics, when set, counts per pool and member.
 	Metrics *Metrics
 	// Log receives a line per member failure at V(1); it never holds a
@@ -87,12 +107,17 @@ type Gateway struct {
 	dial      time.Duration
 	next      atomic.Uint64 // round-robin position
 	transport *http.Transport
-	metrics   *Metrics
-	log       logr.Logger
-	now       func() time.Time
+	// maxAttempts, ejectAfter, ejectFor, maxPerMember: see Config.
+	maxAttempts, ejectAfter, maxPerMember int
+	ejectFor                              time.Duration
+	rates                                 *rateLimiter // nil without a HostRate
+	name                                  string
+	metrics                               *Metrics
+	log                                   logr.Logger
+	now                                   func() time.Time
 }
 
-var _ forwardproxy.Upstream = (*Gateway)(nil)
+var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
 
 // New checks cfg and builds a Gateway.
 func New(cfg Config) (*Gateway, error) {
@@ -112,8 +137,27 @@ func New(cfg Config) (*Gateway, error) {
 	default:
 		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
 	}
+	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 {
+		return nil, errors.New("gateway: attempts, ejection bound, cool-down and limits must not be negative")
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
 	g := &Gateway{members: cfg.Members, strategy: cfg.Strategy, dial: orDefault(cfg.DialTimeout, DefaultDialTimeout),
-		metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+		maxAttempts: cfg.MaxAttempts, ejectAfter: cfg.EjectAfter, ejectFor: orDefault(cfg.EjectFor, DefaultEjectFor),
+		maxPerMember: cfg.MaxPerMember, name: cfg.Name, metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+	if g.maxPerMember == 0 {
+		g.maxPerMember = DefaultMaxPerMember
+	}
+	if cfg.HostRate > 0 {
+		g.rates = newRateLimiter(cfg.HostRate, cfg.HostBurst)
+	}
+	if g.maxAttempts == 0 {
+		g.maxAttempts = DefaultMaxAttempts
+	}
+	if g.ejectAfter == 0 {
+		g.ejectAfter = DefaultEjectAfter
+	}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -140,7 +184,11 @@ func New(cfg Config) (*Gateway, error) {
 			}
 			ctx, cancel := context.WithTimeout(ctx, g.dial)
 			defer cancel()
-			return dialer.DialContext(ctx, network, addr)
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return c, nil
 		},
 		DisableCompression:    true,
 		MaxIdleConns:          1024,
@@ -219,31 +267,6 @@ func parseBasic(value string) (user, pass string, ok bool) {
 	return strings.Cut(string(raw), ":")
 }
 
-// pick chooses the member of one request or tunnel, or refuses it: among
-// the members the route allows and that sit out no cool-down, the session's
-// place, or the strategy's choice.
-func (g *Gateway) pick(rt *route) (*Member, error) {
-	all, err := rt.restrict(g.members.Members())
-	if err != nil {
-		return nil, err
-	}
-	now := g.now()
-	candidates := make([]*Member, 0, len(all))
-	for _, m := range all {
-		if !m.state.ejected(now) {
-			candidates = append(candidates, m)
-		}
-	}
-	if len(candidates) == 0 {
-		return nil, &forwardproxy.RefusedError{Code: http.StatusServiceUnavailable,
-			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1"}
-	}
-	if rt != nil && rt.session != "" {
-		return place(sessionKey(rt.session, rt.ttl, now), candidates), nil
-	}
-	return g.choose(candidates), nil
-}
-
 // choose applies the strategy to candidates (not empty).
 func (g *Gateway) choose(candidates []*Member) *Member {
 	switch g.strategy {
@@ -268,39 +291,27 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 // member.
 func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt, _ := req.Context().Value(routeKey{}).(*route)
-	if id := req.Header.Get(SessionHeader); id != "" || len(req.Header.Values(SessionHeader)) > 0 {
+	if values := req.Header.Values(SessionHeader); len(values) > 0 {
 		// The header is the gateway's: it never reaches the destination.
-		if len(req.Header.Values(SessionHeader)) > 1 {
-			return nil, badOption("one %s header at most", SessionHeader)
-		}
-		if err := checkSessionID(id); err != nil {
+		var err error
+		if rt, err = rt.withSessionHeader(values); err != nil {
 			return nil, err
-		}
-		if rt == nil {
-			rt = &route{}
-		}
-		if rt.session == "" {
-			withSession := *rt
-			withSession.session = id
-			rt = &withSession
 		}
 		req = req.Clone(req.Context())
 		req.Header.Del(SessionHeader)
 	}
-	m, err := g.pick(rt)
-	if err != nil {
-		return nil, err
-	}
-	release := g.begin(m, MethodHTTP)
-	resp, err := g.transport.RoundTrip(req.WithContext(context.WithValue(req.Context(), memberKey{}, m)))
-	if err != nil {
-		release()
-		g.failed(m, causeOf(err), err)
-		return nil, fmt.Errorf("member %s: %w", m, err)
-	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
-	return resp, nil
+	return g.roundTrip(req, rt)
 }
+
+// withMember is ctx naming the member the Transport sends to.
+func withMember(ctx context.Context, m *Member) context.Context {
+	return context.WithValue(ctx, memberKey{}, m)
+}
+
+// TunnelHeaders implements forwardproxy.TunnelHeaderReader: the session
+// header is read on CONNECT too. The gateway writes its own CONNECT to the
+// member, so the header never goes further.
+func (g *Gateway) TunnelHeaders() []string { return []string{SessionHeader} }
 
 // DialTunnel implements forwardproxy.Upstream: a CONNECT through one
 // member.
@@ -309,35 +320,53 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		return nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
 	}
 	rt, _ := ctx.Value(routeKey{}).(*route)
-	m, err := g.pick(rt)
+	if values := forwardproxy.TunnelHeader(ctx).Values(SessionHeader); len(values) > 0 {
+		var err error
+		if rt, err = rt.withSessionHeader(values); err != nil {
+			return nil, err
+		}
+	}
+	host, err := destHost(target)
 	if err != nil {
 		return nil, err
 	}
-	release := g.begin(m, MethodConnect)
-	c, err := g.connect(ctx, m, target)
+	candidates, err := g.eligible(rt)
 	if err != nil {
+		return nil, err
+	}
+	// The client gets no byte before the tunnel is open, so every failed
+	// attempt may go to another member.
+	var tried []*Member
+	var last error
+	var lastMember *Member
+	for attempts := 0; ; {
+		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodConnect)
+		if m == nil {
+			if last != nil {
+				return nil, last
+			}
+			return nil, limitRefusal(wait)
+		}
+		if last != nil {
+			g.retried(lastMember, MethodConnect)
+		}
+		c, err := g.connect(ctx, m, target)
+		if err == nil {
+			g.succeeded(m)
+			return c.withRelease(release), nil
+		}
 		release()
-		return nil, err
+		f, ok := errors.AsType[*attemptError](err)
+		if !ok {
+			return nil, err
+		}
+		g.failed(m, f)
+		attempts++
+		last, lastMember = err, m
+		if !f.member || attempts >= g.maxAttempts || ctx.Err() != nil {
+			return nil, err
+		}
 	}
-	return c.withRelease(release), nil
-}
-
-// begin counts a request or tunnel on m; the function it returns ends it.
-func (g *Gateway) begin(m *Member, method string) func() {
-	m.state.active.Add(1)
-	if g.metrics != nil {
-		g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
-	}
-	var once sync.Once
-	return func() { once.Do(func() { m.state.active.Add(-1) }) }
-}
-
-// failed records a failed attempt on m.
-func (g *Gateway) failed(m *Member, cause string, err error) {
-	if g.metrics != nil {
-		g.metrics.failures.WithLabelValues(m.Pool, m.Name, cause).Inc()
-	}
-	g.log.V(1).Info("member failed", "member", m.String(), "cause", cause, "error", err.Error())
 }
 
 // connect opens a tunnel to target through m: it dials the member, sends
@@ -348,8 +377,7 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", m.target.host)
 	if err != nil {
-		g.failed(m, causeOf(err), err)
-		return nil, fmt.Errorf("member %s: %w", m, err)
+		return nil, &attemptError{cause: causeOf(err), member: true, err: fmt.Errorf("member %s: %w", m, err)}
 	}
 	deadline, _ := ctx.Deadline()
 	_ = c.SetDeadline(deadline)
@@ -364,15 +392,13 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	}
 	if err != nil {
 		_ = c.Close()
-		g.failed(m, causeOf(err), err)
-		return nil, fmt.Errorf("member %s: CONNECT: %w", m, err)
+		return nil, &attemptError{cause: causeOf(err), member: true, sent: true, err: fmt.Errorf("member %s: CONNECT: %w", m, err)}
 	}
 	if resp.StatusCode != http.StatusOK {
 		_ = resp.Body.Close()
 		_ = c.Close()
-		cause := "status-" + strconv.Itoa(resp.StatusCode)
-		g.failed(m, cause, errors.New(resp.Status))
-		return nil, memberRefusal(m, resp)
+		return nil, &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: memberStatus(resp.StatusCode), sent: true,
+			err: memberRefusal(m, resp)}
 	}
 	_ = c.SetDeadline(time.Time{})
 	tc := &tunnelConn{Conn: c}
@@ -519,7 +545,7 @@ func NewProxy(g *Gateway, o ProxyOptions) (*forwardproxy.Proxy, error) {
 	}
 	return forwardproxy.New(forwardproxy.Config{
 		Upstream: g, AllowedSourceRanges: o.AllowedSourceRanges, AllowOpen: o.AllowOpen,
-		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log,
+		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log, ProxyStatus: g.name,
 		// The members apply their own egress policy, ports included; the
 		// gateway reaches no destination itself.
 		Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}},

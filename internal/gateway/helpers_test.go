@@ -323,7 +323,13 @@ func connect(t *testing.T, addr, target, auth, extra string) (*http.Response, ne
 // it saw, after checking that bytes go both ways.
 func tunnelEgress(t *testing.T, addr, target, user string) string {
 	t.Helper()
-	resp, c, br := connect(t, addr, target, basic(user, gwPass), "")
+	return tunnelEgressWith(t, addr, target, user, "")
+}
+
+// tunnelEgressWith is tunnelEgress with extra header lines on the CONNECT.
+func tunnelEgressWith(t *testing.T, addr, target, user, extra string) string {
+	t.Helper()
+	resp, c, br := connect(t, addr, target, basic(user, gwPass), extra)
 	if resp.StatusCode != http.StatusOK {
 		// Only a refusal has a body: after a 200 the bytes are the tunnel's.
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

@@ -87,8 +87,10 @@ func (m *Member) Host() string { return m.target.host }
 // memberState is what the gateway keeps of a member across list updates.
 type memberState struct {
 	active atomic.Int64 // requests and tunnels in flight
+	// failures counts member failures in a row (failover).
+	failures atomic.Int64
 	// ejectedUntil (UnixNano) keeps the member out of new picks until
-	// then (failover's ejection; nothing sets it yet).
+	// then (failover's ejection).
 	ejectedUntil atomic.Int64
 }
 

@@ -23,8 +23,8 @@ const (
 	optProvider = "provider"
 )
 
-// SessionHeader carries a session id on a plain request, in place of the
-// username option; the gateway removes it before forwarding.
+// SessionHeader carries a session id on a plain request or a CONNECT, in
+// place of the username option; the gateway removes it before forwarding.
 const SessionHeader = "X-Gateway-Session"
 
 // Bounds of the options.
@@ -129,6 +129,27 @@ func checkSessionID(id string) error {
 		return badOption("a session id is 1 to %d letters, digits or underscores", MaxSessionID)
 	}
 	return nil
+}
+
+// withSessionHeader is rt with the session of the session header's values
+// (one at most, bounded as the username option). A session in the username
+// wins over the header's.
+func (rt *route) withSessionHeader(values []string) (*route, error) {
+	if len(values) > 1 {
+		return nil, badOption("one %s header at most", SessionHeader)
+	}
+	if err := checkSessionID(values[0]); err != nil {
+		return nil, err
+	}
+	if rt == nil {
+		rt = &route{}
+	}
+	if rt.session != "" {
+		return rt, nil
+	}
+	withSession := *rt
+	withSession.session = values[0]
+	return &withSession, nil
 }
 
 // printable quotes what a client sent, cut short, for a refusal.

@@ -39,13 +39,25 @@ func TestSessionStaysOnOneMember(t *testing.T) {
 	for addr := range seen {
 		where = addr
 	}
-	// The header form places the same id on the same member.
+	// The header form places the same id on the same member, on plain
+	// requests and on CONNECT; a session in the username wins over the
+	// header's.
 	plain := h.client(t, gwUser)
 	for range 5 {
 		_, body, _, _ := get(plain, origin.URL, http.Header{gateway.SessionHeader: {"abc123"}})
 		if body != where {
 			t.Errorf("header session abc123 went to %s; the username form went to %s", body, where)
 		}
+		if got := tunnelEgressWith(t, h.addr, target, gwUser, gateway.SessionHeader+": abc123\r\n"); got != where {
+			t.Errorf("CONNECT with header session abc123 went to %s; the username form went to %s", got, where)
+		}
+	}
+	other := map[string]bool{}
+	for i := range 16 {
+		other[tunnelEgressWith(t, h.addr, target, user, fmt.Sprintf("%s: other%d\r\n", gateway.SessionHeader, i))] = true
+	}
+	if len(other) != 1 || !other[where] {
+		t.Errorf("CONNECT as %s with other header sessions went to %v; want only %s, the username's session", user, other, where)
 	}
 	// Many sessions spread over every member.
 	spread := map[string]bool{}
@@ -162,9 +174,28 @@ func TestBadOptionsAreRefused(t *testing.T) {
 	}
 	// A bad session header, and a wrong password with bad options: the
 	// credentials come first.
-	for _, hdr := range []http.Header{{gateway.SessionHeader: {strings.Repeat("x", 65)}}, {gateway.SessionHeader: {"a", "b"}}, {gateway.SessionHeader: {""}}} {
-		if code, body, _, _ := get(h.client(t, gwUser), origin.URL, hdr); code != http.StatusBadRequest {
-			t.Errorf("session header %q: %d %q; want 400", hdr, code, body)
+	for _, tc := range []struct {
+		reason string
+		values []string
+		want   string
+	}{
+		{"a session id over the bound", []string{strings.Repeat("x", gateway.MaxSessionID+1)}, "1 to 64 letters"},
+		{"two session headers", []string{"a", "b"}, "one X-Gateway-Session header at most"},
+		{"an empty session id", []string{""}, "1 to 64 letters"},
+		{"other characters", []string{"a.b"}, "1 to 64 letters"},
+	} {
+		if code, body, _, _ := get(h.client(t, gwUser), origin.URL, http.Header{gateway.SessionHeader: tc.values}); code != http.StatusBadRequest || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %q; want 400 with %q", tc.reason, code, body, tc.want)
+		}
+		var extra strings.Builder
+		for _, v := range tc.values {
+			extra.WriteString(gateway.SessionHeader + ": " + v + "\r\n")
+		}
+		resp, _, _ := connect(t, h.addr, target, basic(gwUser, gwPass), extra.String())
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
+			t.Errorf("%s, CONNECT: %s %q; want 400 with %q", tc.reason, resp.Status, b, tc.want)
 		}
 	}
 	u := h.url(gwUser + "-country-us")

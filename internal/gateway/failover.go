@@ -1,0 +1,277 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+)
+
+// Failover: an attempt through a member that fails before any byte reached
+// the client (the member cannot be dialed, times out, or answers 407, 502 or
+// 503) is tried again through another member the request may use, up to
+// MaxAttempts in all; the client sees only the last attempt. A member whose
+// attempts fail EjectAfter times in a row sits out EjectFor: it gets no new
+// request or tunnel (a session on it moves, by rendezvous, to its next
+// member; the others stay), and comes back when the time is up. The pool's
+// probe still decides whether it stays a member.
+
+// Defaults of failover's zero values in Config.
+const (
+	// DefaultMaxAttempts is how many members one request or tunnel may
+	// try.
+	DefaultMaxAttempts = 3
+	// DefaultEjectAfter is how many failures in a row eject a member.
+	DefaultEjectAfter = 3
+	// DefaultEjectFor is how long an ejected member sits out.
+	DefaultEjectFor = 30 * time.Second
+)
+
+// attemptError is a failed attempt through a member: what the failures
+// metric calls it, and whether it says the member failed (and so may be
+// retried elsewhere and counts towards ejection) rather than the request
+// (a refusal by the member's egress policy, which any member would give).
+type attemptError struct {
+	cause  string
+	member bool
+	// sent is false when nothing of the request reached the member (the
+	// dial failed): then even a request with a body may be retried.
+	sent bool
+	err  error
+}
+
+func (e *attemptError) Error() string { return e.err.Error() }
+func (e *attemptError) Unwrap() error { return e.err }
+
+// dialError marks a failed dial to a member in the Transport's errors.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// memberStatus reports whether a member's answer is its own failure, worth
+// another member: 407 (it refused the gateway's credentials for it), 502 and
+// 503 (it could not reach the destination, or serve now).
+func memberStatus(code int) bool {
+	return code == http.StatusProxyAuthRequired || code == http.StatusBadGateway || code == http.StatusServiceUnavailable
+}
+
+// classify names a plain request's attempt: nil for an answer to pass on.
+func classify(resp *http.Response, err error) *attemptError {
+	if err != nil {
+		_, dial := errors.AsType[*dialError](err)
+		return &attemptError{cause: causeOf(err), member: true, sent: !dial, err: err}
+	}
+	if memberStatus(resp.StatusCode) {
+		return &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: true, sent: true, err: errors.New(resp.Status)}
+	}
+	return nil
+}
+
+// retryable reports whether req may go to another member after f: always
+// when nothing was sent; otherwise only an idempotent request without a
+// body, which the member may have forwarded already, and a 407, which it
+// did not forward.
+func retryable(req *http.Request, f *attemptError) bool {
+	switch {
+	case !f.member:
+		return false
+	case !f.sent:
+		return true
+	case req.Body != nil && req.Body != http.NoBody:
+		return false
+	case f.cause == "status-407":
+		return true
+	}
+	return idempotent(req)
+}
+
+// idempotent is net/http's rule: the idempotent methods, or a request that
+// names an idempotency key.
+func idempotent(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+}
+
+// eligible returns the members a request or tunnel may use: those the
+// route allows that sit out no cool-down. When every one of them is
+// ejected, all of them: trying a member that failed beats refusing every
+// request while the probes still say the members serve.
+func (g *Gateway) eligible(rt *route) ([]*Member, error) {
+	all, err := rt.restrict(g.members.Members())
+	if err != nil {
+		return nil, err
+	}
+	if len(all) == 0 {
+		return nil, &forwardproxy.RefusedError{Code: http.StatusServiceUnavailable,
+			Message: "the gateway has no member proxy to send to; retry later", Header: "Retry-After", Value: "1",
+			ProxyError: forwardproxy.ProxyErrorDestinationUnavailable}
+	}
+	now := g.now()
+	candidates := make([]*Member, 0, len(all))
+	for _, m := range all {
+		if !m.state.ejected(now) {
+			candidates = append(candidates, m)
+		}
+	}
+	if len(candidates) == 0 {
+		return all, nil
+	}
+	return candidates, nil
+}
+
+// nextMember picks the member of the next attempt among candidates, leaving
+// out those tried: the session's place (so a failed member's session goes
+// to its next member by rendezvous), or the strategy's choice. Nil when
+// every candidate was tried.
+func (g *Gateway) nextMember(rt *route, candidates, tried []*Member) *Member {
+	if len(tried) > 0 {
+		rest := make([]*Member, 0, len(candidates))
+		for _, m := range candidates {
+			if !slices.Contains(tried, m) {
+				rest = append(rest, m)
+			}
+		}
+		candidates = rest
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	if rt != nil && rt.session != "" {
+		return place(sessionKey(rt.session, rt.ttl, g.now()), candidates)
+	}
+	return g.choose(candidates)
+}
+
+// succeeded ends m's run of failures.
+func (g *Gateway) succeeded(m *Member) { m.state.failures.Store(0) }
+
+// failed records a failed attempt on m and ejects m when it is the
+// EjectAfter-th member failure in a row.
+func (g *Gateway) failed(m *Member, f *attemptError) {
+	if g.metrics != nil {
+		g.metrics.failures.WithLabelValues(m.Pool, m.Name, f.cause).Inc()
+	}
+	g.log.V(1).Info("member failed", "member", m.String(), "cause", f.cause, "error", f.err.Error())
+	if !f.member {
+		return
+	}
+	if m.state.failures.Add(1) != int64(g.ejectAfter) {
+		return
+	}
+	// Exactly one of the failures that reach the bound ejects.
+	m.state.failures.Store(0)
+	m.state.ejectedUntil.Store(g.now().Add(g.ejectFor).UnixNano())
+	if g.metrics != nil {
+		g.metrics.ejections.WithLabelValues(m.Pool, m.Name).Inc()
+	}
+	g.log.Info("member ejected", "member", m.String(), "cause", f.cause, "failuresInARow", g.ejectAfter, "for", g.ejectFor.String())
+}
+
+// retried counts an attempt on m that another member takes over.
+func (g *Gateway) retried(m *Member, method string) {
+	if g.metrics != nil {
+		g.metrics.retries.WithLabelValues(m.Pool, m.Name, method).Inc()
+	}
+}
+
+// roundTrip sends req through members until one answers, or failover gives
+// up: then the last attempt's answer (a member's 502 or 503 as it is, its
+// 407 as a 502 of the gateway's) or error; 429 when every member it may use
+// is at its limit.
+func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error) {
+	host, err := destHost(req.URL.Host)
+	if err != nil {
+		return nil, err
+	}
+	candidates, err := g.eligible(rt)
+	if err != nil {
+		return nil, err
+	}
+	if req.Body != nil && req.Body != http.NoBody {
+		// The Transport closes the body of a request whose dial failed;
+		// the server closes it when the request ends, so that the next
+		// member gets it untouched.
+		req.Body = keepOpen{req.Body}
+	}
+	var tried []*Member
+	var last *failedAttempt
+	for attempts := 0; ; {
+		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodHTTP)
+		if m == nil {
+			if last != nil {
+				return g.giveUp(last)
+			}
+			return nil, limitRefusal(wait)
+		}
+		if last != nil {
+			last.discard()
+			g.retried(last.m, MethodHTTP)
+		}
+		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
+		f := classify(resp, err)
+		if f == nil {
+			g.succeeded(m)
+			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+			return resp, nil
+		}
+		g.failed(m, f)
+		attempts++
+		last = &failedAttempt{m: m, resp: resp, err: err, release: release}
+		if attempts >= g.maxAttempts || !retryable(req, f) {
+			return g.giveUp(last)
+		}
+	}
+}
+
+// failedAttempt is a plain request's failed attempt, kept until the next
+// member took the request or failover gave up.
+type failedAttempt struct {
+	m       *Member
+	resp    *http.Response // nil after an error
+	err     error
+	release func()
+}
+
+// discard drops the attempt's answer: another member took the request.
+func (a *failedAttempt) discard() {
+	if a.resp != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(a.resp.Body, 64<<10))
+		_ = a.resp.Body.Close()
+	}
+	a.release()
+}
+
+// giveUp answers with the last failed attempt.
+func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
+	switch {
+	case a.resp == nil:
+		a.release()
+		return nil, fmt.Errorf("member %s: %w", a.m, a.err)
+	case a.resp.StatusCode == http.StatusProxyAuthRequired:
+		// The client must not be asked for credentials the member
+		// wants: they are the gateway's business.
+		_ = a.resp.Body.Close()
+		a.release()
+		return nil, &forwardproxy.RefusedError{Code: http.StatusBadGateway, Message: "bad gateway: the member proxy refused the gateway",
+			ProxyError: forwardproxy.ProxyErrorDestinationUnavailable, Err: fmt.Errorf("member %s answered %s", a.m, a.resp.Status)}
+	}
+	// The member's answer, passed on: the gateway adds its own member to
+	// Proxy-Status, which says what it received and names no next hop.
+	a.resp.Header.Add(forwardproxy.ProxyStatusHeader, g.name+"; received-status="+strconv.Itoa(a.resp.StatusCode))
+	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release}
+	return a.resp, nil
+}
+
+// keepOpen is a request body that the Transport cannot close.
+type keepOpen struct{ io.ReadCloser }
+
+func (keepOpen) Close() error { return nil }

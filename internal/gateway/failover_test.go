@@ -1,0 +1,320 @@
+package gateway_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+)
+
+// failingMember is a member proxy that answers every request, CONNECT
+// included, with code, and counts them.
+type failingMember struct {
+	name string
+	url  string
+	hits atomic.Int64
+}
+
+func startFailingMember(t *testing.T, name string, code int) *failingMember {
+	t.Helper()
+	f := &failingMember{name: name}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.hits.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Connection", "close")
+		http.Error(w, "member failing", code)
+	}))
+	t.Cleanup(s.Close)
+	u := url.URL{Scheme: "http", Host: strings.TrimPrefix(s.URL, "http://"), User: url.UserPassword("ufailing", "failing-member-password-0xdead")}
+	f.url = u.String()
+	return f
+}
+
+func (f *failingMember) entry() gateway.Entry {
+	return gateway.Entry{Name: f.name, URL: f.url, Provider: "lab", Zone: "rack-a", EgressIP: "127.0.0.99"}
+}
+
+// metric returns the value of the counter name with labels on reg, 0 when
+// it is not there.
+func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// TestFailoverHidesMemberFailures: in front of three real member proxies
+// and one that answers 502 to everything, with one of the real ones killed
+// mid-run, every idempotent request and every tunnel succeeds; the 502
+// member and the killed one are ejected once each, counted and logged, and
+// the ejected 502 member gets nothing more during its cool-down.
+func TestFailoverHidesMemberFailures(t *testing.T) {
+	ms := startMembers(t, 3)
+	bad := startFailingMember(t, "crawl-bad", http.StatusBadGateway)
+	origin := ipEcho(t)
+	target := tcpEcho(t)
+	w := watchSecrets(t, ms)
+	if err := w.AddSecret("password of the failing member", "failing-member-password-0xdead"); err != nil {
+		t.Fatal(err)
+	}
+	set := gateway.NewSet()
+	set.Update("crawl", append(entries(ms), bad.entry()))
+	reg := prometheus.NewRegistry()
+	gm, err := gateway.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cool-down outlasts the test: an ejected member must not come
+	// back within it.
+	h := startGateway(t, gateway.Config{Members: set, EjectAfter: 2, EjectFor: 10 * wait, Metrics: gm})
+
+	const n, workers = 120, 6
+	var failed atomic.Int64
+	var mu sync.Mutex
+	var answers strings.Builder
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		c := h.client(t, gwUser)
+		wg.Go(func() {
+			for i := range jobs {
+				code, body, hdr, err := get(c, origin.URL, nil)
+				if err != nil || code != http.StatusOK {
+					failed.Add(1)
+					t.Errorf("request %d: %d %q %v", i, code, body, err)
+				}
+				mu.Lock()
+				fmt.Fprintln(&answers, code, body, hdr, err)
+				mu.Unlock()
+			}
+		})
+	}
+	for i := range n {
+		if i == n/3 {
+			ms[0].stop() // killed mid-run, still listed
+		}
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	// Tunnels not yet open when a member died all open.
+	for range 12 {
+		if got := tunnelEgress(t, h.addr, target, gwUser); got == ms[0].egress || got == "" {
+			t.Errorf("a tunnel went through %q, the killed member", got)
+		}
+	}
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d idempotent requests failed; want 0", failed.Load(), n)
+	}
+	hits := bad.hits.Load()
+	for range 20 {
+		if code, body, _, err := get(h.client(t, gwUser), origin.URL, nil); code != http.StatusOK {
+			t.Errorf("after the ejections: %d %q %v", code, body, err)
+		}
+	}
+	if got := bad.hits.Load(); got != hits {
+		t.Errorf("the ejected member got %d more requests during its cool-down; want 0", got-hits)
+	}
+	gotEjections := map[string]float64{}
+	for _, name := range []string{ms[0].name, ms[1].name, ms[2].name, bad.name} {
+		gotEjections[name] = metric(t, reg, "egress_proxies_gateway_ejections_total", map[string]string{"pool": "crawl", "member": name})
+	}
+	if diff := cmp.Diff(map[string]float64{ms[0].name: 1, ms[1].name: 0, ms[2].name: 0, bad.name: 1}, gotEjections); diff != "" {
+		t.Errorf("ejections by member (-want +got):\n%s", diff)
+	}
+	if got := metric(t, reg, "egress_proxies_gateway_retries_total", map[string]string{"member": bad.name}); got < 2 {
+		t.Errorf("retries away from the failing member: %v; want at least its 2 failures before ejection", got)
+	}
+	logs := h.logs.String()
+	for _, name := range []string{ms[0].name, bad.name} {
+		if !strings.Contains(logs, `"member ejected" member=crawl/`+name) {
+			t.Errorf("no ejection of %s was logged:\n%s", name, logs)
+		}
+	}
+	w.Add("answers", answers.String())
+	w.Add("logs", logs)
+	for _, f := range w.Findings() {
+		t.Error(f)
+	}
+}
+
+// TestFailoverBounds: which failures go to another member, and how many
+// members one request or tunnel tries.
+func TestFailoverBounds(t *testing.T) {
+	origin := ipEchoWith(t, func(r *http.Request) {})
+	target := tcpEcho(t)
+	for _, tc := range []struct {
+		reason      string
+		codes       []int // the failing members' answers; a real member follows when good
+		good        bool
+		method      string
+		body        string
+		maxAttempts int
+		wantCode    int
+		wantHits    int64 // on the failing members, all together
+	}{
+		{reason: "every member answers 502: three attempts, then the last answer", codes: []int{502, 502, 502, 502}, method: http.MethodGet, wantCode: 502, wantHits: 3},
+		{reason: "MaxAttempts bounds the attempts", codes: []int{503, 503, 503, 503}, method: http.MethodGet, maxAttempts: 2, wantCode: 503, wantHits: 2},
+		{reason: "a member's 407 is the gateway's 502, never a request for credentials", codes: []int{407}, method: http.MethodGet, wantCode: 502, wantHits: 1},
+		{reason: "a 407 then a good member: the client never sees it", codes: []int{407}, good: true, method: http.MethodGet, wantCode: 200, wantHits: 1},
+		{reason: "a 503 then a good member, for a GET", codes: []int{503}, good: true, method: http.MethodGet, wantCode: 200, wantHits: 1},
+		{reason: "a POST with a body that a member answered 502 is not sent again", codes: []int{502}, good: true, method: http.MethodPost, body: "order-1", wantCode: 502, wantHits: 1},
+		{reason: "an answer that is not a member failure (404) is passed on, not retried", codes: []int{404}, good: true, method: http.MethodGet, wantCode: 404, wantHits: 1},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			var es []gateway.Entry
+			var fs []*failingMember
+			for i, code := range tc.codes {
+				f := startFailingMember(t, fmt.Sprintf("crawl-f%d", i), code)
+				fs = append(fs, f)
+				es = append(es, f.entry())
+			}
+			if tc.good {
+				es = append(es, startMember(t, 0).entry())
+			}
+			set := gateway.NewSet()
+			set.Update("crawl", es)
+			h := startGateway(t, gateway.Config{Members: set, MaxAttempts: tc.maxAttempts})
+			// Round-robin starts at the first member: a failing one.
+			req, err := http.NewRequest(tc.method, origin, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.body == "" {
+				req.Body = nil
+			}
+			resp, err := h.client(t, gwUser).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			var hits int64
+			for _, f := range fs {
+				hits += f.hits.Load()
+			}
+			got := fmt.Sprintf("%d, %d hits, Proxy-Authenticate %q", resp.StatusCode, hits, resp.Header.Get("Proxy-Authenticate"))
+			if diff := cmp.Diff(fmt.Sprintf("%d, %d hits, Proxy-Authenticate \"\"", tc.wantCode, tc.wantHits), got); diff != "" {
+				t.Errorf("plain request (-want +got):\n%s", diff)
+			}
+			if tc.method != http.MethodGet || tc.wantCode == 404 {
+				return
+			}
+			// A tunnel is retried the same way.
+			for _, f := range fs {
+				f.hits.Store(0)
+			}
+			resp, _, _ = connect(t, h.addr, target, basic(gwUser, gwPass), "")
+			_ = resp.Body.Close()
+			hits = 0
+			for _, f := range fs {
+				hits += f.hits.Load()
+			}
+			wantCode := tc.wantCode
+			if wantCode != 200 {
+				wantCode = 502 // a member's refusal of a tunnel
+			}
+			if diff := cmp.Diff(fmt.Sprintf("%d, %d hits", wantCode, tc.wantHits), fmt.Sprintf("%d, %d hits", resp.StatusCode, hits)); diff != "" {
+				t.Errorf("tunnel (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPostToADeadMemberGoesToAnother: a request with a body whose member
+// cannot be dialed reached nobody, so it goes to another member, body
+// intact.
+func TestPostToADeadMemberGoesToAnother(t *testing.T) {
+	ms := startMembers(t, 2)
+	got := make(chan string, 4)
+	origin := ipEchoWith(t, func(r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r.Method + " " + string(b)
+	})
+	set := gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	ms[0].stop()
+	h := startGateway(t, gateway.Config{Members: set})
+	resp, err := h.client(t, gwUser).Post(origin, "text/plain", strings.NewReader("order-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != ms[1].egress {
+		t.Fatalf("POST: %s %q; want 200 through %s", resp.Status, body, ms[1].egress)
+	}
+	if diff := cmp.Diff("POST order-1", <-got); diff != "" {
+		t.Errorf("what the origin got (-want +got):\n%s", diff)
+	}
+}
+
+// TestEjectionMovesOnlyItsSessions: when a member dies and is ejected, its
+// sessions move to the member rendezvous gives them without it (the one a
+// gateway that never had it picks), and every other session stays.
+func TestEjectionMovesOnlyItsSessions(t *testing.T) {
+	ms := startMembers(t, 4)
+	origin := ipEcho(t)
+	set, without := gateway.NewSet(), gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	without.Update("crawl", entries([]*member{ms[0], ms[2], ms[3]}))
+	h := startGateway(t, gateway.Config{Members: set, EjectAfter: 1, EjectFor: 10 * wait})
+	ref := startGateway(t, gateway.Config{Members: without})
+	c, rc := h.client(t, gwUser), ref.client(t, gwUser)
+	const n = 80
+	before := make([]string, n)
+	for i := range n {
+		_, before[i], _, _ = get(c, origin.URL, http.Header{gateway.SessionHeader: {fmt.Sprintf("s%d", i)}})
+	}
+	ms[1].stop()
+	own := 0
+	for i := range n {
+		hdr := http.Header{gateway.SessionHeader: {fmt.Sprintf("s%d", i)}}
+		code, after, _, err := get(c, origin.URL, hdr)
+		if code != http.StatusOK {
+			t.Errorf("session s%d after its member died: %d %v", i, code, err)
+			continue
+		}
+		want := before[i]
+		if before[i] == ms[1].egress {
+			own++
+			_, want, _, _ = get(rc, origin.URL, hdr)
+		}
+		if after != want {
+			t.Errorf("session s%d went from %s to %s; want %s", i, before[i], after, want)
+		}
+	}
+	if own == 0 {
+		t.Fatalf("no session was on %s; the test shows nothing", ms[1].egress)
+	}
+}

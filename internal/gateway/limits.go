@@ -1,0 +1,205 @@
+package gateway
+
+import (
+	"container/list"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+)
+
+// Limits stop the waterfall (one egress address banned, the others take its
+// load and get banned too): each member carries at most MaxPerMember
+// requests and tunnels at once through this gateway, and, with a HostRate,
+// at most that many per second to one destination host. A request or
+// tunnel whose member is at a limit goes to another member the request may
+// use; when every one of them is at its limit it is answered 429 with
+// Retry-After. A session does not move for a limit (that would change its
+// egress address): it gets the 429.
+
+// Defaults of the limits' zero values in Config.
+const (
+	// DefaultMaxPerMember is how many requests and tunnels a member
+	// carries at once through one gateway pod.
+	DefaultMaxPerMember = 128
+	// maxRateKeys bounds the (member, host) pairs whose rate is tracked:
+	// the least recently used is forgotten past it.
+	maxRateKeys = 1 << 16
+	// maxHostLen is the longest destination host a request may name (a
+	// DNS name's bound): it bounds what the rate and ban state keep.
+	maxHostLen = 253
+)
+
+// Values of the limit label.
+const (
+	limitConcurrency = "concurrency"
+	limitRate        = "rate"
+)
+
+// destHost is the lower-case host of a destination (host or host:port),
+// or a refusal when it is too long to be a host name.
+func destHost(hostport string) (string, error) {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if len(host) > maxHostLen {
+		return "", &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "the destination host is longer than " + strconv.Itoa(maxHostLen) + " characters"}
+	}
+	return host, nil
+}
+
+// limitRefusal is the 429 when every member a request may use is at its
+// limit; wait is when one may have room again (0: unknown).
+func limitRefusal(wait time.Duration) error {
+	secs := int(math.Ceil(wait.Seconds()))
+	secs = max(secs, 1)
+	return &forwardproxy.RefusedError{Code: http.StatusTooManyRequests,
+		Message: "every member proxy this request may use is at its limit; retry later",
+		Header:  "Retry-After", Value: strconv.Itoa(secs), ProxyError: forwardproxy.ProxyErrorConnectionLimitReached}
+}
+
+// admit takes a place on m for a request or tunnel to host: false, with
+// the limit's name and when to retry, when m is at a limit. release gives
+// the place back.
+func (g *Gateway) admit(m *Member, host string) (release func(), limit string, wait time.Duration, ok bool) {
+	if m.state.active.Add(1) > int64(g.maxPerMember) {
+		m.state.active.Add(-1)
+		return nil, limitConcurrency, time.Second, false
+	}
+	if g.rates != nil {
+		if ok, wait := g.rates.take(m.id, host, g.now()); !ok {
+			m.state.active.Add(-1)
+			return nil, limitRate, wait, false
+		}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { m.state.active.Add(-1) }) }, "", 0, true
+}
+
+// admitNext picks and admits the member of the next attempt, adding every
+// member it looks at to *tried: nil, with when to retry, when none can
+// take it (all tried or at a limit; a session stops at its own member's
+// limit).
+func (g *Gateway) admitNext(rt *route, candidates []*Member, tried *[]*Member, host, method string) (*Member, func(), time.Duration) {
+	wait := time.Duration(math.MaxInt64)
+	for {
+		m := g.nextMember(rt, candidates, *tried)
+		if m == nil {
+			return nil, nil, wait
+		}
+		*tried = append(*tried, m)
+		release, limit, w, ok := g.admit(m, host)
+		if ok {
+			if g.metrics != nil {
+				g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
+			}
+			return m, release, 0
+		}
+		wait = min(wait, w)
+		if g.metrics != nil {
+			g.metrics.limited.WithLabelValues(m.Pool, m.Name, limit).Inc()
+		}
+		if rt != nil && rt.session != "" {
+			return nil, nil, wait
+		}
+	}
+}
+
+// rateLimiter is a token bucket per (member, destination host), at rate
+// per second with burst, for at most maxRateKeys pairs.
+type rateLimiter struct {
+	rate, burst float64
+	mu          sync.Mutex
+	buckets     *lru[rateKey, *bucket]
+}
+
+type rateKey struct {
+	member uint64
+	host   string
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newRateLimiter(rate float64, burst int) *rateLimiter {
+	if burst <= 0 {
+		burst = max(1, int(math.Ceil(rate)))
+	}
+	return &rateLimiter{rate: rate, burst: float64(burst), buckets: newLRU[rateKey, *bucket](maxRateKeys)}
+}
+
+// take spends a token of (member, host) at now: false, with the wait for
+// the next token, when there is none. A pair forgotten past the bound
+// starts again with a full bucket.
+func (r *rateLimiter) take(member uint64, host string, now time.Time) (bool, time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := rateKey{member, host}
+	b, ok := r.buckets.get(k)
+	if !ok {
+		b = &bucket{tokens: r.burst, at: now}
+		r.buckets.put(k, b)
+	}
+	if d := now.Sub(b.at); d > 0 {
+		b.tokens = min(r.burst, b.tokens+d.Seconds()*r.rate)
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return false, time.Duration((1 - b.tokens) / r.rate * float64(time.Second))
+	}
+	b.tokens--
+	return true, 0
+}
+
+// lru is a map of at most size entries that forgets the least recently
+// used; not safe for concurrent use.
+type lru[K comparable, V any] struct {
+	size  int
+	order *list.List // front: most recently used; of lruEntry
+	items map[K]*list.Element
+}
+
+type lruEntry[K comparable, V any] struct {
+	key K
+	val V
+}
+
+func newLRU[K comparable, V any](size int) *lru[K, V] {
+	return &lru[K, V]{size: size, order: list.New(), items: map[K]*list.Element{}}
+}
+
+func (c *lru[K, V]) get(k K) (V, bool) {
+	if e, ok := c.items[k]; ok {
+		c.order.MoveToFront(e)
+		ent, _ := e.Value.(lruEntry[K, V]) // the list holds only lruEntry[K, V]
+		return ent.val, true
+	}
+	var zero V
+	return zero, false
+}
+
+func (c *lru[K, V]) put(k K, v V) {
+	if e, ok := c.items[k]; ok {
+		e.Value = lruEntry[K, V]{k, v}
+		c.order.MoveToFront(e)
+		return
+	}
+	c.items[k] = c.order.PushFront(lruEntry[K, V]{k, v})
+	for c.order.Len() > c.size {
+		oldest := c.order.Back()
+		c.order.Remove(oldest)
+		ent, _ := oldest.Value.(lruEntry[K, V])
+		delete(c.items, ent.key)
+	}
+}
+
+func (c *lru[K, V]) len() int { return c.order.Len() }
