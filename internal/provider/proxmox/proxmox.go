@@ -59,7 +59,6 @@ type Provider struct {
 	mu    sync.Mutex
 	marks map[int]markEntry    // by VMID: the mark read from the config
 	addrs map[int]addrEntry    // by VMID: the agent's address of a running VM
-	seen  map[int]time.Time    // by VMID: when the last Get judged its run state from a node listing
 	tasks map[string]pending   // by name: the task a Create or Delete waits for
 	done  map[string]bool      // by name/step: steps finished in this process
 	waits map[string]time.Time // by name/what: since when something is waited for
@@ -162,7 +161,7 @@ func New(o Options) (*Provider, error) {
 		ident: o.Ownership, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
 		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
-		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{}, seen: map[int]time.Time{},
+		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
 		nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating:  map[string]creatingVM{}, seeds: map[int]seedState{},
@@ -301,7 +300,6 @@ func (p *Provider) forget(vmid int) {
 	defer p.mu.Unlock()
 	delete(p.marks, vmid)
 	delete(p.addrs, vmid)
-	delete(p.seen, vmid)
 	delete(p.seeds, vmid)
 	delete(p.listed, vmid)
 }
