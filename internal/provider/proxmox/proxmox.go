@@ -47,8 +47,8 @@ type Provider struct {
 	names  keyedlock.Locker
 
 	// The shared reads: the cluster-wide listing and, by node, the node
-	// listings (only of nodes that host a running VM of ours, since only
-	// Get of such a VM reads one). listMu guards the maps.
+	// listings, the views that serve every Get of the node's VMs for a
+	// poll interval (Get). listMu guards the maps.
 	vms     *sharedread.Read[[]Resource]
 	listMu  sync.Mutex
 	nodeVMs map[string]*sharedread.Read[[]NodeVM]
@@ -198,9 +198,9 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 
 // listing returns /cluster/resources?type=vm read at or after notBefore,
 // and when that read started. One read is shared by every caller that wants
-// it (Get, ListByTag, Check, Create and Delete), so that Get costs at most
-// one call per poll interval for all instances of the entry, and so do the
-// creates and deletes in flight.
+// it (ListByTag, Check, Create, Delete, and Get of a VM its node's view
+// does not show), so that the creates and deletes in flight cost one call
+// per poll interval for all instances of the entry.
 func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, time.Time, error) {
 	return p.vms.Get(ctx, notBefore)
 }
@@ -231,8 +231,9 @@ func (p *Provider) markDone(name, kind string) {
 }
 
 // nodeListing returns /nodes/{node}/qemu?full=1 read at or after notBefore,
-// shared like the cluster-wide listing: with full=1 each running VM carries
-// its qmpstatus, which the cluster-wide listing lacks (F14).
+// shared like the cluster-wide listing: the node's view, which Get judges
+// its VMs from (with full=1 each running VM carries its qmpstatus, which the
+// cluster-wide listing lacks, F14).
 func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, time.Time, error) {
 	p.listMu.Lock()
 	s, ok := p.nodeVMs[node]
