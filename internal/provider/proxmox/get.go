@@ -13,8 +13,9 @@ import (
 )
 
 // Get implements provider.Provider (the Get steps of docs/proxmox-behaviour.md). It judges a listed
-// running VM by its qmpstatus, so that a VM paused after it ran is seen at
-// the next Get (F14: the cluster-wide listing shows a paused VM as running).
+// running VM by its qmpstatus, so that a VM paused after it ran is seen by
+// every Get from one poll interval after the pause on (F14: the
+// cluster-wide listing shows a paused VM as running).
 // Everything comes cheap: a Get reads the view of its VM's node, the node
 // listing with full=1 (status, lock, name, uptime and qmpstatus of every VM
 // of the node), which is read at most once per poll interval and shared by
@@ -33,11 +34,11 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	view, at, nerr := p.nodeListing(ctx, node, p.now().Add(-p.poll()))
+	notBefore := p.now().Add(-p.poll())
+	view, at, nerr := p.nodeListing(ctx, node, notBefore)
 	if nerr != nil && ctx.Err() != nil {
 		return provider.Instance{}, classify("listing vms", nerr)
 	}
-	notBefore := p.now().Add(-p.poll())
 	if nerr == nil {
 		if v, ok := findNodeVM(view, vmid); ok {
 			return p.judge(ctx, Resource{Type: "qemu", VMID: vmid, Name: v.Name, Node: node, Status: v.Status, Lock: v.Lock, Uptime: v.Uptime}, &v, at, name)
@@ -123,7 +124,7 @@ func (p *Provider) judge(ctx context.Context, r Resource, nv *NodeVM, at time.Ti
 		return inst, nil
 	}
 	var st VMStatus
-	known := false
+	var known bool
 	if nv != nil {
 		st, known, err = p.listedState(ctx, *nv, r, at, since)
 	} else {
