@@ -28,10 +28,11 @@ const (
 // simNodes is the number of nodes of the simulated cluster.
 const simNodes = 3
 
-// steadyFloor is the provider calls per proxy per resync of a steady state
-// that reads each node's listing once per poll interval (the most the
-// provider's views allow): what the count falls to as N grows.
-func steadyFloor(o options, n int) float64 {
+// steadyBound is the provider calls per proxy per resync of a steady state
+// that reads each node's listing once per poll interval, the most the
+// provider's views allow: the count reaches it once every node's VMs are
+// looked at in every poll interval.
+func steadyBound(o options, n int) float64 {
 	return simNodes * float64(o.resyncInterval) / float64(o.pollInterval) / float64(n)
 }
 
@@ -168,7 +169,7 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 			if sim && r.n >= targetSteadyN {
 				v = verdict(calls, targetSteadyCalls)
 			}
-			p("| %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f |\n", r.n, orDash(sim, "%.3f", calls), v, orDash(sim, "%.3f", steadyFloor(o, r.n)),
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f |\n", r.n, orDash(sim, "%.3f", calls), v, orDash(sim, "%.3f", steadyBound(o, r.n)),
 				orDash(sim, "%.0f", float64(r.steady.simCalls["GET /cluster/resources"])), orDash(sim, "%.0f", float64(r.steady.simCalls["GET /nodes/{node}/qemu"])),
 				orDash(sim, "%.1f", float64(listingBytes(r.steady.simBytes))/1024/k), orDash(sim, "%.2f", float64(listingBytes(r.steady.simBytes))/1024/k/n), r.steady.opCPU/k, float64(sum(r.steady.apiCalls))/n/k)
 		}
