@@ -59,9 +59,9 @@ envtest: ## Build (once, cached) the kube-apiserver and etcd that envtest runs.
 	@hack/envtest/setup.sh >/dev/null
 
 .PHONY: test
-test: verify-generated vet libvirt-world prometheus-tools cluster-packages ## Everything CI runs: generated files current, vet, lint, unit and envtest tests.
+test: verify-generated vet libvirt-world prometheus-tools cluster-world ## Everything CI runs: generated files current, vet, lint, unit, envtest and real-cluster tests.
 	@assets=$$(hack/envtest/setup.sh) && \
-		KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 -timeout 30m ./...
+		KUBEBUILDER_ASSETS="$$assets" EGRESS_CLUSTER_TIER=1 $(GO) test -race -count=1 -timeout 30m ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
 	cd internal/testing/pvesim/clientcheck && $(GO) test -race -count=1 ./...
 	$(MAKE) fuzz
@@ -145,16 +145,21 @@ VERSION        ?= dev
 kustomize-render: ## Print config/default as committed (image egress-proxies-operator:dev; IMG is not applied).
 	@$(KUSTOMIZE) build config/default
 
+# What build-installer renders (CONFIG_DIR, a copy of config/ with your
+# edits, such as manager/providers.yaml) and where it writes it (INSTALLER).
+CONFIG_DIR     ?= config
+INSTALLER      ?= dist/install.yaml
+
 # `go tool -n` builds the pinned kustomize and prints its path: `kustomize
 # edit` works on the current directory, outside this module.
 .PHONY: build-installer
-build-installer: ## Render config/default with the image IMG into dist/install.yaml; the tree is not modified.
-	@mkdir -p dist
+build-installer: ## Render config/default (of CONFIG_DIR) with the image IMG into INSTALLER (dist/install.yaml); the tree is not modified.
+	@mkdir -p "$(dir $(INSTALLER))"
 	@kustomize=$$($(TOOLS) -n kustomize) && tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
-		cp -R config "$$tmp/config" && \
+		cp -R "$(CONFIG_DIR)/." "$$tmp/config" && \
 		(cd "$$tmp/config/manager" && "$$kustomize" edit set image controller=$(IMG)) && \
-		"$$kustomize" build "$$tmp/config/default" > dist/install.yaml
-	@echo "dist/install.yaml: image $(IMG)"
+		"$$kustomize" build "$$tmp/config/default" > "$(INSTALLER)"
+	@echo "$(INSTALLER): image $(IMG)"
 
 # The image: built by hack/image (go-containerregistry), no Docker engine.
 # IMAGE_ARCH is the image's platform (linux/IMAGE_ARCH); IMAGE_TAR the
@@ -212,8 +217,8 @@ uninstall: ## Remove the CRDs, and with them every Proxy and ProviderHealth, fro
 .PHONY: deploy
 deploy: ## Deploy the operator with the image IMG into the cluster (KUBECTL): config/default, as build-installer renders it.
 	@KUBECTL="$(KUBECTL)" hack/require-cluster.sh deploy
-	$(MAKE) --no-print-directory build-installer IMG=$(IMG)
-	$(KUBECTL) apply --server-side -f dist/install.yaml
+	$(MAKE) --no-print-directory build-installer IMG=$(IMG) CONFIG_DIR="$(CONFIG_DIR)" INSTALLER="$(INSTALLER)"
+	$(KUBECTL) apply --server-side -f "$(INSTALLER)"
 
 .PHONY: undeploy
 undeploy: ## Remove the operator and its CRDs from the cluster (KUBECTL); Secrets created by the targets below stay.

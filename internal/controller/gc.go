@@ -58,6 +58,51 @@ type GarbageCollector struct {
 	// refusals collects the listings the providers refused, for
 	// ProviderHealth; nil records none.
 	refusals *refusalLog
+
+	// deleting holds, per entry, the orphans whose Delete answered
+	// InProgress: a later pass that no longer lists one counts it. A delete
+	// that ends between two passes (on a real host, nearly every one) would
+	// otherwise never be counted, since it is no longer listed to be asked
+	// again.
+	deletingMu sync.Mutex
+	deleting   map[string]map[provider.ID]provider.Instance
+}
+
+// startedDeleting remembers that the deletion of in, on entry, is under way.
+func (g *GarbageCollector) startedDeleting(entry string, in provider.Instance) {
+	g.deletingMu.Lock()
+	defer g.deletingMu.Unlock()
+	if g.deleting == nil {
+		g.deleting = map[string]map[provider.ID]provider.Instance{}
+	}
+	if g.deleting[entry] == nil {
+		g.deleting[entry] = map[provider.ID]provider.Instance{}
+	}
+	g.deleting[entry][in.ID] = in
+}
+
+// endedDeleting forgets and returns the deletions of entry that ended
+// between passes: those of instances the listing no longer holds.
+func (g *GarbageCollector) endedDeleting(entry string, listed map[provider.ID]bool) []provider.Instance {
+	g.deletingMu.Lock()
+	defer g.deletingMu.Unlock()
+	var gone []provider.Instance
+	for id, in := range g.deleting[entry] {
+		if !listed[id] {
+			gone = append(gone, in)
+			delete(g.deleting[entry], id)
+		}
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i].ID < gone[j].ID })
+	return gone
+}
+
+// endedDeletingNow forgets the deletion of id on entry, whose Delete
+// returned nil.
+func (g *GarbageCollector) endedDeletingNow(entry string, id provider.ID) {
+	g.deletingMu.Lock()
+	defer g.deletingMu.Unlock()
+	delete(g.deleting[entry], id)
 }
 
 // Garbage collection lists the Proxies of every namespace, not only of the
@@ -174,6 +219,14 @@ func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[s
 		return 0, err
 	}
 	deleted := 0
+	listed := make(map[provider.ID]bool, len(instances))
+	for _, in := range instances {
+		listed[in.ID] = true
+	}
+	for _, in := range g.endedDeleting(name, listed) {
+		deleted++
+		g.deletedOrphan(ctx, name, in)
+	}
 	var firstErr error
 	for _, in := range instances {
 		switch {
@@ -189,7 +242,9 @@ func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[s
 		err := prov.Delete(ctx, in.ID)
 		switch {
 		case provider.IsInProgress(err):
-			// Counted once it is gone, at a later pass.
+			// Counted once it is gone: when a Delete returns nil, or when
+			// a later pass no longer lists it.
+			g.startedDeleting(name, in)
 			log.V(1).Info("deletion of an orphaned instance under way", "provider", name, "instanceID", in.ID)
 			continue
 		case err != nil:
@@ -199,17 +254,9 @@ func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[s
 			}
 			continue
 		}
+		g.endedDeletingNow(name, in.ID)
 		deleted++
-		log.Info("deleted orphaned instance", "provider", name, "instanceID", in.ID, "ownerUID", in.OwnerUID, "name", in.Name)
-		if g.Metrics != nil {
-			g.Metrics.GCDeletions.WithLabelValues(name).Inc()
-		}
-		if g.Recorder != nil {
-			ref := &crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: name}}
-			ref.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProviderHealth"))
-			g.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, "OrphanDeleted", "GarbageCollect",
-				"Deleted instance %s (%s): its Proxy (UID %s) no longer exists", in.ID, in.Name, in.OwnerUID)
-		}
+		g.deletedOrphan(ctx, name, in)
 	}
 	// The alert on garbage collection not running reads when a pass over
 	// the entry last completed.
@@ -217,6 +264,21 @@ func (g *GarbageCollector) collect(ctx context.Context, name string, alive map[s
 		g.Metrics.GCLastSuccess.WithLabelValues(name).Set(float64(now().UnixNano()) / 1e9)
 	}
 	return deleted, firstErr
+}
+
+// deletedOrphan logs, counts and reports the deletion of in, an orphan of
+// entry.
+func (g *GarbageCollector) deletedOrphan(ctx context.Context, entry string, in provider.Instance) {
+	ctrl.LoggerFrom(ctx).WithName("gc").Info("deleted orphaned instance", "provider", entry, "instanceID", in.ID, "ownerUID", in.OwnerUID, "name", in.Name)
+	if g.Metrics != nil {
+		g.Metrics.GCDeletions.WithLabelValues(entry).Inc()
+	}
+	if g.Recorder != nil {
+		ref := &crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{Name: entry}}
+		ref.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProviderHealth"))
+		g.Recorder.Eventf(ref, nil, corev1.EventTypeNormal, "OrphanDeleted", "GarbageCollect",
+			"Deleted instance %s (%s): its Proxy (UID %s) no longer exists", in.ID, in.Name, in.OwnerUID)
+	}
 }
 
 // sweep removes what the instances of an entry left behind, when its

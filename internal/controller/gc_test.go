@@ -84,6 +84,49 @@ func TestGarbageCollectionDeletesOnlyOldOrphansOfOurs(t *testing.T) {
 	}
 }
 
+// A delete that takes several steps ends, on a real host, between two
+// passes: the pass that no longer lists the instance counts it, once. The
+// deletions panel and its alert read that count (docs/monitoring.md).
+func TestGarbageCollectionCountsADeletionThatEndedBetweenPasses(t *testing.T) {
+	needEnvtest(t)
+	ctx := context.Background()
+	now := time.Now()
+	fake := fakeprovider.New(nil)
+	fake.DeletesUntilDone = 2
+	fake.AddInstance(provider.Instance{ID: "fake/1", Name: "orphan", OwnerUID: "gone", CreatedAt: now.Add(-time.Hour)}, true)
+	fake.AddInstance(provider.Instance{ID: "fake/2", Name: "slow-orphan", OwnerUID: "gone", CreatedAt: now.Add(-time.Hour)}, true)
+	m, err := metrics.New(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := &controller.GarbageCollector{
+		Reader: k8s, Providers: map[string]provider.Provider{"lab": fake},
+		GracePeriod: time.Minute, Now: func() time.Time { return now }, Metrics: m,
+	}
+	var got []int
+	for pass := range 4 {
+		deleted, err := gc.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, deleted)
+		if pass == 0 {
+			// The first orphan's delete ends on the host before the next
+			// pass; the second is asked again and ends under a Delete.
+			fake.Vanish("fake/1")
+		}
+	}
+	// Pass 1: both under way. Pass 2: fake/1 gone (counted), fake/2 still
+	// under way. Pass 3: fake/2's Delete returns nil (counted). Pass 4:
+	// nothing.
+	if diff := cmp.Diff([]int{0, 1, 1, 0}, got); diff != "" {
+		t.Errorf("deletions counted per pass (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(m.GCDeletions.WithLabelValues("lab")); got != 2 {
+		t.Errorf("gc deletions metric = %v, want 2: each orphan once", got)
+	}
+}
+
 func TestGarbageCollectionSkipsAnEntryWhoseListingFails(t *testing.T) {
 	needEnvtest(t)
 	ctx := context.Background()

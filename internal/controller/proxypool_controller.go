@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 )
@@ -193,7 +194,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	obs.listed = listed
+	obs.listed, obs.listName = listed, published.ListName(pool.Name)
 
 	done, err := r.carryOut(ctx, &pool, plan)
 	if err != nil {

@@ -30,6 +30,9 @@ type poolObservation struct {
 	plan          poolPlan
 	// listed are the members in the published list.
 	listed []listedMember
+	// listName names the published Secret and ConfigMap once this reconcile
+	// wrote them; empty when it did not get that far.
+	listName string
 	// nextSerial is the next member serial number.
 	nextSerial int64
 	// rotationsStarted counts rotations started since the last status
@@ -60,6 +63,9 @@ func computePoolStatus(prev crawlv1alpha1.ProxyPoolStatus, obs poolObservation, 
 		}
 	}
 	s.Serving = int32(min(len(obs.listed), math.MaxInt32))
+	if obs.listName != "" {
+		s.ListSecretName, s.ListConfigMapName = obs.listName, obs.listName
+	}
 	s.Rotations += obs.rotationsStarted
 	byEgress := map[string][]string{}
 	for _, l := range obs.listed {

@@ -28,9 +28,10 @@ func TestComputePoolStatus(t *testing.T) {
 	}{
 		{
 			name:   "all serving, distinct egress",
-			reason: "the normal state: Ready, not rotating, every egress address distinct",
-			obs:    poolObservation{generation: 2, desired: 3, selector: "s", members: three, listed: listed},
+			reason: "the normal state: Ready, not rotating, every egress address distinct, the published list named for crawlers and kubectl egress",
+			obs:    poolObservation{generation: 2, desired: 3, selector: "s", members: three, listed: listed, listName: "crawl-proxies"},
 			want: crawlv1alpha1.ProxyPoolStatus{Replicas: 3, Desired: 3, Ready: 3, Serving: 3, DistinctEgressAddresses: 3, Selector: "s", ObservedGeneration: 2,
+				ListSecretName: "crawl-proxies", ListConfigMapName: "crawl-proxies",
 				Conditions: []metav1.Condition{
 					cond(crawlv1alpha1.ConditionReady, metav1.ConditionTrue, crawlv1alpha1.ReasonAllMembersServing, "3 of 3 members serve."),
 					cond(crawlv1alpha1.ConditionRotating, metav1.ConditionFalse, crawlv1alpha1.ReasonNoRotation, "Every member is current."),

@@ -334,11 +334,6 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	for k, v := range selectors {
 		queries[k] = v
 	}
-	// Known gap, named so that it cannot hide another: in this world the
-	// orphan's VM is not collected within the wait (found the first time
-	// the test ran, not yet explained; docs/monitoring.md), so the panel's
-	// query must evaluate without error but may return no data.
-	noDataAllowed := map[string]string{`panel "Garbage collection" A`: "the orphan is not collected in this world yet"}
 	pending := map[string]string{}
 	for k, v := range queries {
 		pending[k] = v
@@ -350,7 +345,7 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 			switch {
 			case err != nil:
 				errs = append(errs, fmt.Sprintf("%s: %s: %v", name, q, err))
-			case n > 0 || noDataAllowed[name] != "":
+			case n > 0:
 				delete(pending, name)
 			}
 		}

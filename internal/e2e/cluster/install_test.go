@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -10,19 +11,23 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
@@ -37,14 +42,16 @@ const (
 	hostNetPort = 31280
 )
 
-// tierEnv turns the tier on: `make test-cluster` sets it. Until the tier is
-// part of `make test`, a plain `go test ./...` (as root on CI) must not
-// start a cold build of the cluster's binaries.
+// tierEnv turns the tier on: `make test` and `make test-cluster` set it,
+// after `make cluster-world` built the cluster's binaries, so that a plain
+// `go test ./...` as root never starts that long build by surprise.
 const tierEnv = "EGRESS_CLUSTER_TIER"
 
 // providersYAML is the providers configuration the test deploys, edited as
 // docs/configuration.md says: the shipped `cluster` entry, and one with
-// hostNetwork in the same namespace (the shipped pods Role covers it).
+// hostNetwork in the same namespace (the shipped pods Role covers it). Both
+// allow the test's target, the host end of the world's veth (%[1]s): the
+// built-in deny list refuses documentation ranges such as 198.51.100.0/24.
 const providersYAML = `providers:
   - name: cluster
     type: kubernetes
@@ -52,6 +59,7 @@ const providersYAML = `providers:
     machineTypes:
         tiny: {cores: 1, memoryMiB: 64}
     images: [default]
+    egressPolicy: {allowCIDRs: [%[1]s/32]}
     kubernetes:
       namespace: egress-proxies
       zones:
@@ -64,6 +72,7 @@ const providersYAML = `providers:
     machineTypes:
         tiny: {cores: 1, memoryMiB: 64}
     images: [default]
+    egressPolicy: {allowCIDRs: [%[1]s/32]}
     kubernetes:
       namespace: egress-proxies
       hostNetwork: true
@@ -82,37 +91,70 @@ const (
 	goneTimeout   = 5 * time.Minute
 )
 
-func TestShippedInstall(t *testing.T) {
+// tierCluster skips unless the tier is on, builds the image once per test
+// process (`make image`, as users build it) and starts a cluster with it
+// imported. On failure it prints the operator's logs.
+func tierCluster(t *testing.T) *kubelab.Cluster {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the cluster tier does not run in -short mode")
 	}
 	if os.Getenv(tierEnv) != "1" {
-		t.Skip("the cluster tier runs with `make test-cluster` (" + tierEnv + "=1); it is not part of `make test` yet (docs/testing.md)")
+		t.Skip("the cluster tier runs in `make test` and `make test-cluster` (" + tierEnv + "=1, docs/testing.md)")
 	}
 	if why := kubelab.Supported(); why != "" && os.Getenv("CI") != "true" {
 		t.Skip(why)
 	}
-	ctx := t.Context()
-	work := t.TempDir()
-	// The image as users build it.
-	began := time.Now()
-	image := filepath.Join(work, "image.tar")
-	if err := kubelab.Make(ctx, "image", "IMAGE_TAR="+image, "BIN_DIR="+filepath.Join(work, "bin")); err != nil {
-		t.Fatal(err)
+	imageOnce.Do(func() {
+		began := time.Now()
+		imagePath = filepath.Join(imageDir, "image.tar")
+		errImage = kubelab.Make(t.Context(), "image", "IMAGE_TAR="+imagePath, "BIN_DIR="+filepath.Join(imageDir, "bin"))
+		t.Logf("make image: %s", time.Since(began).Round(time.Millisecond))
+	})
+	if errImage != nil {
+		t.Fatal(errImage)
 	}
-	t.Logf("make image: %s", time.Since(began).Round(time.Millisecond))
-	c := kubelab.Start(t, kubelab.Options{Images: []string{image}})
+	c := kubelab.Start(t, kubelab.Options{Images: []string{imagePath}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, err := c.Kubectl(context.Background(), "", "-n", operatorNS, "logs", "deployment/"+deployment, "--all-containers", "--tail=300")
 			t.Logf("operator logs:\n%s%v", out, err)
 		}
 	})
+	return c
+}
 
-	rendered := render(t, providersYAML)
-	began = time.Now()
-	if out, err := c.Kubectl(ctx, rendered, "apply", "--server-side", "-f", "-"); err != nil {
-		t.Fatalf("applying config/default: %v\n%s", err, out)
+// The image is built once for the tests of this process, in imageDir,
+// which TestMain removes.
+var (
+	imageDir  string
+	imageOnce sync.Once
+	imagePath string
+	errImage  error
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if imageDir, err = os.MkdirTemp("", "egress-cluster-image-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(imageDir)
+	os.Exit(code)
+}
+
+func TestShippedInstall(t *testing.T) {
+	c := tierCluster(t)
+	ctx := t.Context()
+	work := t.TempDir()
+	// The install as the README says it: `make deploy`, with a copy of
+	// config/ whose providers.yaml is edited (docs/configuration.md).
+	began := time.Now()
+	if err := kubelab.Make(ctx, "deploy", "CONFIG_DIR="+editedConfig(t, fmt.Sprintf(providersYAML, c.HostIP)),
+		"INSTALLER="+filepath.Join(work, "install.yaml"), "KUBECTL="+filepath.Join(c.Bin, "kubectl"),
+		"KUBECONFIG="+c.Kubeconfig); err != nil {
+		t.Fatal(err)
 	}
 	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "wait", "--for=condition=Available",
 		"--timeout="+deployTimeout.String(), "deployment/"+deployment); err != nil {
@@ -137,14 +179,23 @@ func TestShippedInstall(t *testing.T) {
 	t.Run("pool of three", func(t *testing.T) {
 		pool(t, cl)
 	})
+	t.Run("metrics endpoint", func(t *testing.T) {
+		metricsEndpoint(t, c, cl)
+	})
+	t.Run("leader election", func(t *testing.T) {
+		leaderElection(t, c, cl, target)
+	})
+	t.Run("pod security", func(t *testing.T) {
+		podSecurity(t, cl)
+	})
 	t.Run("nothing left", func(t *testing.T) {
 		nothingLeft(t, c, cl)
 	})
 }
 
-// render builds config/default from a copy of config/ whose
-// manager/providers.yaml is the test's, as a user who edited the file would.
-func render(t *testing.T, providers string) string {
+// editedConfig returns a copy of config/ whose manager/providers.yaml is
+// the test's, as a user who edited the file would have.
+func editedConfig(t *testing.T, providers string) string {
 	t.Helper()
 	root, err := kubelab.RepoRoot()
 	if err != nil {
@@ -157,21 +208,16 @@ func render(t *testing.T, providers string) string {
 	if err := os.WriteFile(filepath.Join(dst, "manager", "providers.yaml"), []byte(providers), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(dst, "default"))
-	if err != nil {
-		t.Fatalf("kustomize build config/default: %v", err)
-	}
-	y, err := res.AsYaml()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(y)
+	return dst
 }
 
 func newClient(t *testing.T, c *kubelab.Cluster) client.Client {
 	t.Helper()
+	// The client logs nothing the test reads; without a logger
+	// controller-runtime prints a stack trace to say so.
+	logf.SetLogger(logr.Discard())
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, crawlv1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, crawlv1alpha1.AddToScheme} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
 		}
@@ -342,6 +388,178 @@ func pool(t *testing.T, cl client.Client) {
 	}
 	if running != 3 {
 		t.Errorf("%d running pods serve the published list, want 3:\n%s", running, list)
+	}
+}
+
+// operatorPods returns the operator's pods that are not being deleted.
+func operatorPods(t *testing.T, cl client.Client) []corev1.Pod {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := cl.List(t.Context(), pods, client.InNamespace(operatorNS), client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// metricsEndpoint scrapes the operator's pod the way Prometheus does, with
+// the token of a ServiceAccount bound to the shipped metrics-reader
+// ClusterRole; without a token, or with one that lacks the role, it is
+// refused.
+func metricsEndpoint(t *testing.T, c *kubelab.Cluster, cl client.Client) {
+	ctx := t.Context()
+	for _, sa := range []string{"scraper", "stranger"} {
+		if out, err := c.Kubectl(ctx, "", "-n", servedNS, "create", "serviceaccount", sa); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	if out, err := c.Kubectl(ctx, "", "create", "clusterrolebinding", "e2e-scraper",
+		"--clusterrole=egress-proxies-operator-metrics-reader", "--serviceaccount="+servedNS+":scraper"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Cleanup(func() { _, _ = c.Kubectl(context.Background(), "", "delete", "clusterrolebinding", "e2e-scraper") })
+	token := func(sa string) string {
+		out, err := c.Kubectl(ctx, "", "-n", servedNS, "create", "token", sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	pods := operatorPods(t, cl)
+	if len(pods) != 1 {
+		t.Fatalf("%d operator pods, want 1", len(pods))
+	}
+	endpoint := "https://" + net.JoinHostPort(pods[0].Status.PodIP, "8443") + "/metrics"
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		// The endpoint's certificate is the one controller-runtime makes
+		// for itself; what is under test is who may read, not the chain.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+	scrape := func(bearer string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("scraping %s: %v", endpoint, err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		name, reason, token string
+		want                int
+	}{
+		{name: "metrics-reader", reason: "the documented role is enough", token: token("scraper"), want: http.StatusOK},
+		{name: "anonymous", reason: "metrics are not public", want: http.StatusUnauthorized},
+		{name: "without the role", reason: "a valid token is not enough", token: token("stranger"), want: http.StatusForbidden},
+	} {
+		code, body := scrape(tc.token)
+		if code != tc.want {
+			t.Errorf("%s (%s): status %d, want %d", tc.name, tc.reason, code, tc.want)
+		}
+		if tc.want == http.StatusOK && !strings.Contains(body, "egress_proxies_") {
+			t.Errorf("%s: the answer has no egress_proxies_ metric:\n%.500s", tc.name, body)
+		}
+	}
+}
+
+// leaderElection runs two replicas: one holds the lease and acts; when its
+// pod is deleted the other takes the lease, a new Proxy becomes Ready, and
+// no Proxy got a second pod.
+func leaderElection(t *testing.T, c *kubelab.Cluster, cl client.Client, tg target) {
+	ctx := t.Context()
+	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "scale", "deployment/"+deployment, "--replicas=2"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "rollout", "status", "deployment/"+deployment, "--timeout="+deployTimeout.String()); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	holder := func() string {
+		l := &coordinationv1.Lease{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: setup.LeaderElectionID}, l); err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		// controller-runtime's identity is "<pod name>_<uuid>".
+		name, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return name
+	}
+	var leader string
+	poll.Until(t, readyTimeout, func() (bool, string) {
+		leader = holder()
+		for _, p := range operatorPods(t, cl) {
+			if p.Name == leader {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("lease held by %q, not one of the operator's pods", leader)
+	})
+	began := time.Now()
+	if err := cl.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: operatorNS, Name: leader}}); err != nil {
+		t.Fatal(err)
+	}
+	var next string
+	poll.Until(t, readyTimeout, func() (bool, string) {
+		next = holder()
+		return next != "" && next != leader, fmt.Sprintf("lease held by %q", next)
+	})
+	t.Logf("lease moved from %s to %s in %s", leader, next, time.Since(began).Round(time.Millisecond))
+	serves(t, cl, proxy("after-failover", "cluster", 3128), tg)
+	proxies := &crawlv1alpha1.ProxyList{}
+	if err := cl.List(ctx, proxies, client.InNamespace(servedNS)); err != nil {
+		t.Fatal(err)
+	}
+	pods := &corev1.PodList{}
+	if err := cl.List(ctx, pods, client.InNamespace(podsNS)); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != len(proxies.Items) {
+		names := make([]string, 0, len(pods.Items))
+		for _, p := range pods.Items {
+			names = append(names, p.Name)
+		}
+		t.Errorf("%d proxy pods for %d Proxies after the failover: %v", len(pods.Items), len(proxies.Items), names)
+	}
+}
+
+// podSecurity checks the operator's pods as they ran through everything
+// above: admitted under the namespace's enforced restricted profile, with
+// the shipped security settings, and never restarted (nothing it writes
+// needs a writable root filesystem).
+func podSecurity(t *testing.T, cl client.Client) {
+	ns := &corev1.Namespace{}
+	if err := cl.Get(t.Context(), client.ObjectKey{Name: operatorNS}, ns); err != nil {
+		t.Fatal(err)
+	}
+	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+		t.Errorf("namespace %s enforces pod security %q, want restricted", operatorNS, got)
+	}
+	for _, p := range operatorPods(t, cl) {
+		psc := p.Spec.SecurityContext
+		if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("pod %s: seccomp profile is not RuntimeDefault", p.Name)
+		}
+		for _, ctr := range p.Spec.Containers {
+			sc := ctr.SecurityContext
+			if sc == nil || !ptr.Deref(sc.ReadOnlyRootFilesystem, false) || ptr.Deref(sc.AllowPrivilegeEscalation, true) || !ptr.Deref(sc.RunAsNonRoot, false) {
+				t.Errorf("pod %s container %s: security context %+v, want a read-only root, no privilege escalation, non-root", p.Name, ctr.Name, sc)
+			}
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.RestartCount != 0 {
+				t.Errorf("pod %s container %s restarted %d times", p.Name, st.Name, st.RestartCount)
+			}
+		}
 	}
 }
 

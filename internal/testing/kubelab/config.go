@@ -64,6 +64,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = %[5]q
 `, filepath.Join(c.Dir, "containerd", "root"), filepath.Join(c.Dir, "containerd", "state"), c.containerdSocket(), PauseImage, filepath.Join(c.Dir, "cni", "net.d")),
 
+		// A pod's default route is the bridge (isDefaultGateway): Service
+		// addresses reach kube-proxy's rules in the node's namespace that
+		// way, and that namespace has no default route, so nothing leaves.
 		"cni/net.d/10-kubelab.conflist": fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "kubelab-%[1]d",
@@ -72,6 +75,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
       "type": "bridge",
       "bridge": %[2]q,
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
