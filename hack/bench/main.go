@@ -318,7 +318,7 @@ func (e *env) newWorld(ctx context.Context, n int) (*world, error) {
 		if w.sim, err = startSim(ctx, e.pvesim, w.dir, e.o.speed); err != nil {
 			return nil, err
 		}
-		providers, w.zones = pvelab.ProvidersYAML(pvelab.Options{Nodes: 3, PollInterval: e.o.pollInterval, MaxConcurrentCreates: e.o.createCap}, w.sim.api, w.sim.tok, w.sim.ca)
+		providers, w.zones = pvelab.ProvidersYAML(pvelab.Options{Nodes: simNodes, PollInterval: e.o.pollInterval, MaxConcurrentCreates: e.o.createCap}, w.sim.api, w.sim.tok, w.sim.ca)
 		w.entry = pvelab.EntryName
 	}
 	providersFile := filepath.Join(w.dir, "providers.yaml")

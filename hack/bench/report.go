@@ -18,6 +18,24 @@ const (
 	targetConverge    = 1.25 // all-Ready time over one proxy's
 )
 
+// Target of issue #23 item 2: steady-state provider calls per proxy per
+// resync at targetSteadyN proxies.
+const (
+	targetSteadyCalls = 0.01
+	targetSteadyN     = 10000
+)
+
+// simNodes is the number of nodes of the simulated cluster.
+const simNodes = 3
+
+// steadyBound is the provider calls per proxy per resync of a steady state
+// that reads each node's listing once per poll interval, the most the
+// provider's views allow: the count reaches it once every node's VMs are
+// looked at in every poll interval.
+func steadyBound(o options, n int) float64 {
+	return simNodes * float64(o.resyncInterval) / float64(o.pollInterval) / float64(n)
+}
+
 // targetRSS is the operator process's RSS goal with N Ready proxies.
 var targetRSS = map[int]uint64{1000: 150 << 20, 10000: 600 << 20}
 
@@ -141,13 +159,19 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 
 	if rs[0].steadyResyncs > 0 {
 		p("\n### Steady state (%d resyncs)\n\n", rs[0].steadyResyncs)
-		p("| proxies | calls/proxy/resync | `/cluster/resources` listings | node listings | listing KiB/resync | operator CPU s/resync | operator API requests/proxy/resync |\n")
-		p("|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| proxies | calls/proxy/resync | verdict (≤ %g at N = %d) | one listing per node per poll interval: calls/proxy/resync | `/cluster/resources` listings | node listings | listing KiB/resync | listing KiB/proxy/resync | operator CPU s/resync | operator API requests/proxy/resync |\n",
+			targetSteadyCalls, targetSteadyN)
+		p("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {
 			n, k := float64(r.n), float64(r.steadyResyncs)
-			p("| %d | %s | %s | %s | %s | %.3f | %.3f |\n", r.n, orDash(sim, "%.3f", float64(sum(r.steady.simCalls))/n/k),
+			calls := float64(sum(r.steady.simCalls)) / n / k
+			v := "-"
+			if sim && r.n >= targetSteadyN {
+				v = verdict(calls, targetSteadyCalls)
+			}
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f |\n", r.n, orDash(sim, "%.3f", calls), v, orDash(sim, "%.3f", steadyBound(o, r.n)),
 				orDash(sim, "%.0f", float64(r.steady.simCalls["GET /cluster/resources"])), orDash(sim, "%.0f", float64(r.steady.simCalls["GET /nodes/{node}/qemu"])),
-				orDash(sim, "%.1f", float64(listingBytes(r.steady.simBytes))/1024/k), r.steady.opCPU/k, float64(sum(r.steady.apiCalls))/n/k)
+				orDash(sim, "%.1f", float64(listingBytes(r.steady.simBytes))/1024/k), orDash(sim, "%.2f", float64(listingBytes(r.steady.simBytes))/1024/k/n), r.steady.opCPU/k, float64(sum(r.steady.apiCalls))/n/k)
 		}
 	}
 

@@ -13,21 +13,48 @@ import (
 )
 
 // Get implements provider.Provider (the Get steps of docs/proxmox-behaviour.md). It judges a listed
-// running VM by its qmpstatus, so that a VM paused after it ran is seen at
-// the next Get (F14: the cluster-wide listing shows a paused VM as running).
-// Everything comes cheap: the cluster-wide listing and the node listing that
-// carries the qmpstatus are each read at most once per poll interval and
-// shared by every caller, the mark is read once per VMID, and the agent's
-// address is cached while the VM runs without a restart (its uptime did not
-// go down). A Get of a running VM costs no call of its own, only its share
-// of the two listings; status/current is read only when the node listing
-// cannot answer.
+// running VM by its qmpstatus, so that a VM paused after it ran is seen by
+// every Get from one poll interval after the pause on (F14: the
+// cluster-wide listing shows a paused VM as running).
+// Everything comes cheap: a Get reads the view of its VM's node, the node
+// listing with full=1 (status, lock, name, uptime and qmpstatus of every VM
+// of the node), which is read at most once per poll interval and shared by
+// every Get of the node's VMs, like an informer's cache; the mark is read
+// once per VMID, and the agent's address is cached while the VM runs
+// without a restart (its uptime did not go down). So a Get of a running VM
+// costs no call of its own, and the steady state costs one listing per node
+// per poll interval whatever the number of VMs. The cluster-wide listing is
+// read only when the VM is not in its node's view (gone, migrated, or
+// created after the view was read) or the node cannot be listed, and
+// status/current only when neither listing can answer. A view read before
+// this process last changed the VM (a start, a stop) is never judged from:
+// the VM is Provisioning until a newer one shows it.
 func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
-	_, vmid, name, err := parseID(id)
+	node, vmid, name, err := parseID(id)
 	if err != nil {
 		return provider.Instance{}, err
 	}
-	list, at, err := p.cachedListing(ctx)
+	notBefore := p.now().Add(-p.poll())
+	view, at, nerr := p.nodeListing(ctx, node, notBefore)
+	if nerr != nil && ctx.Err() != nil {
+		return provider.Instance{}, classify("listing vms", nerr)
+	}
+	if nerr == nil {
+		if v, ok := findNodeVM(view, vmid); ok {
+			return p.judge(ctx, Resource{Type: "qemu", VMID: vmid, Name: v.Name, Node: node, Status: v.Status, Lock: v.Lock, Uptime: v.Uptime}, &v, at, name)
+		}
+		if at.Before(p.changedAt(name)) {
+			// This process made the VM after the view was read: the next
+			// view shows it, and nothing is judged from this one.
+			return provider.Instance{ID: id, Name: name, Node: node, State: provider.StateProvisioning}, nil
+		}
+		// Not on its node: a cluster-wide listing no older than the view
+		// tells gone from migrated (or an LXC container at the VMID).
+		notBefore = at
+	} else {
+		logr.FromContextOrDiscard(ctx).V(1).Info("the node listing failed; reading the cluster-wide listing instead", "node", node, "vmid", vmid, "error", nerr.Error())
+	}
+	list, at, err := p.listing(ctx, notBefore)
 	if err != nil {
 		return provider.Instance{}, classify("listing vms", err)
 	}
@@ -44,6 +71,14 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		p.forget(vmid)
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VM %d does not exist", vmid))
 	}
+	return p.judge(ctx, r, nil, at, name)
+}
+
+// judge is Get of a listed VM: r from a listing read at at, and nv its
+// entry in its node's listing when r comes from there (nil when r comes
+// from the cluster-wide listing).
+func (p *Provider) judge(ctx context.Context, r Resource, nv *NodeVM, at time.Time, name string) (provider.Instance, error) {
+	vmid := r.VMID
 	p.noteListed(vmid, at)
 	if r.Type != "qemu" {
 		return provider.Instance{}, provider.NewNotFound(fmt.Errorf("VMID %d is a %s, not a VM of this operator", vmid, r.Type))
@@ -88,7 +123,13 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		inst.State = provider.StateProvisioning
 		return inst, nil
 	}
-	st, known, err := p.runState(ctx, r, at, since)
+	var st VMStatus
+	var known bool
+	if nv != nil {
+		st, known, err = p.listedState(ctx, *nv, r, at, since)
+	} else {
+		st, known, err = p.runState(ctx, r, at, since)
+	}
 	if err != nil {
 		return provider.Instance{}, transientUnlessPermanent(classify(fmt.Sprintf("reading the status of VM %d", vmid), err))
 	}
@@ -193,26 +234,20 @@ func (p *Provider) changedAt(name string) time.Time {
 	return p.changed[name]
 }
 
-// runState is the run state of a listed VM; known is false when the node
-// listing that would answer is older than since (a start by this process
-// it cannot show yet). listed is when the cluster listing that showed r was
-// read: a node listing newer than that which shows the VM stopped answers. For a VM the cluster-wide
-// listing shows running, it is the VM's entry in its node's listing (which,
-// with full=1, carries qmpstatus): read at most once per poll interval for
-// all VMs of the node, and at least as new as the previous Get of this VM,
-// so that a change after that Get is seen now. status/current is read
-// instead when the VM is not listed running with a qmpstatus there (the
-// node listing predates a start or a migration), when the node listing
-// fails, and for a VM the cluster-wide listing does not show running.
+// runState is the run state of a VM the cluster-wide listing showed (read
+// at listed; the VM was not in its node's view); known is false when the
+// node listing that would answer is older than since (a start by this
+// process it cannot show yet). For a VM the cluster-wide listing shows
+// running, it is the VM's entry in its node's listing (which, with full=1,
+// carries qmpstatus), read at most once per poll interval for all VMs of
+// the node: a node listing newer than the cluster listing that shows the
+// VM stopped answers too. status/current is read instead when the VM is not
+// listed running with a qmpstatus there (the node listing predates a start
+// or a migration), when the node listing fails, and for a VM the
+// cluster-wide listing does not show running.
 func (p *Provider) runState(ctx context.Context, r Resource, listed, since time.Time) (VMStatus, bool, error) {
 	if r.Status == "running" {
-		notBefore := p.now().Add(-p.poll())
-		p.mu.Lock()
-		if t := p.seen[r.VMID]; t.After(notBefore) {
-			notBefore = t
-		}
-		p.mu.Unlock()
-		list, at, err := p.nodeListing(ctx, r.Node, notBefore)
+		list, at, err := p.nodeListing(ctx, r.Node, p.now().Add(-p.poll()))
 		switch {
 		case err == nil && at.Before(since):
 			return VMStatus{}, false, nil
@@ -221,9 +256,6 @@ func (p *Provider) runState(ctx context.Context, r Resource, listed, since time.
 				switch {
 				case v.VMID != r.VMID:
 				case v.Status == "running" && v.QMPStatus != "":
-					p.mu.Lock()
-					p.seen[r.VMID] = p.now()
-					p.mu.Unlock()
 					return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: v.Uptime, Lock: v.Lock}, true, nil
 				case v.Status == "stopped" && !at.Before(listed):
 					// Stopped since the cluster listing was read (a Delete
@@ -239,6 +271,34 @@ func (p *Provider) runState(ctx context.Context, r Resource, listed, since time.
 	}
 	st, err := p.api.status(ctx, r.Node, r.VMID)
 	return st, err == nil, err
+}
+
+// listedState is the run state of a VM found in its node's view (v, read
+// at at): its status and qmpstatus there, unless the view is older than
+// since (known is false: a start or stop by this process that the view
+// cannot show yet; the next view will). status/current is read only for a
+// running entry without a qmpstatus, which a listing with full=1 does not
+// give.
+func (p *Provider) listedState(ctx context.Context, v NodeVM, r Resource, at, since time.Time) (VMStatus, bool, error) {
+	switch {
+	case at.Before(since):
+		return VMStatus{}, false, nil
+	case v.Status == "running" && v.QMPStatus != "":
+		return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: v.Uptime, Lock: v.Lock}, true, nil
+	case v.Status == "stopped":
+		return VMStatus{Status: v.Status, QMPStatus: v.Status}, true, nil
+	}
+	st, err := p.api.status(ctx, r.Node, r.VMID)
+	return st, err == nil, err
+}
+
+func findNodeVM(list []NodeVM, vmid int) (NodeVM, bool) {
+	for _, v := range list {
+		if v.VMID == vmid {
+			return v, true
+		}
+	}
+	return NodeVM{}, false
 }
 
 func (p *Provider) dropAddr(vmid int) {

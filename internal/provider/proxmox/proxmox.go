@@ -47,8 +47,8 @@ type Provider struct {
 	names  keyedlock.Locker
 
 	// The shared reads: the cluster-wide listing and, by node, the node
-	// listings (only of nodes that host a running VM of ours, since only
-	// Get of such a VM reads one). listMu guards the maps.
+	// listings, the views that serve every Get of the node's VMs for a
+	// poll interval (Get). listMu guards the maps.
 	vms     *sharedread.Read[[]Resource]
 	listMu  sync.Mutex
 	nodeVMs map[string]*sharedread.Read[[]NodeVM]
@@ -59,7 +59,6 @@ type Provider struct {
 	mu    sync.Mutex
 	marks map[int]markEntry    // by VMID: the mark read from the config
 	addrs map[int]addrEntry    // by VMID: the agent's address of a running VM
-	seen  map[int]time.Time    // by VMID: when the last Get judged its run state from a node listing
 	tasks map[string]pending   // by name: the task a Create or Delete waits for
 	done  map[string]bool      // by name/step: steps finished in this process
 	waits map[string]time.Time // by name/what: since when something is waited for
@@ -162,7 +161,7 @@ func New(o Options) (*Provider, error) {
 		ident: o.Ownership, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
 		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
-		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{}, seen: map[int]time.Time{},
+		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
 		nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating:  map[string]creatingVM{}, seeds: map[int]seedState{},
@@ -199,9 +198,9 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 
 // listing returns /cluster/resources?type=vm read at or after notBefore,
 // and when that read started. One read is shared by every caller that wants
-// it (Get, ListByTag, Check, Create and Delete), so that Get costs at most
-// one call per poll interval for all instances of the entry, and so do the
-// creates and deletes in flight.
+// it (ListByTag, Check, Create, Delete, and Get of a VM its node's view
+// does not show), so that the creates and deletes in flight cost one call
+// per poll interval for all instances of the entry.
 func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, time.Time, error) {
 	return p.vms.Get(ctx, notBefore)
 }
@@ -232,8 +231,9 @@ func (p *Provider) markDone(name, kind string) {
 }
 
 // nodeListing returns /nodes/{node}/qemu?full=1 read at or after notBefore,
-// shared like the cluster-wide listing: with full=1 each running VM carries
-// its qmpstatus, which the cluster-wide listing lacks (F14).
+// shared like the cluster-wide listing: the node's view, which Get judges
+// its VMs from (with full=1 each running VM carries its qmpstatus, which the
+// cluster-wide listing lacks, F14).
 func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, time.Time, error) {
 	p.listMu.Lock()
 	s, ok := p.nodeVMs[node]
@@ -301,7 +301,6 @@ func (p *Provider) forget(vmid int) {
 	defer p.mu.Unlock()
 	delete(p.marks, vmid)
 	delete(p.addrs, vmid)
-	delete(p.seen, vmid)
 	delete(p.seeds, vmid)
 	delete(p.listed, vmid)
 }

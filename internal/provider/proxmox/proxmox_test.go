@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -410,8 +409,10 @@ func TestAPIEconomy(t *testing.T) {
 	perProxy := float64(steady) / float64(resyncs*proxies)
 	// Shared: fewer listings of either kind than Gets (one per poll
 	// interval; not counted exactly, since a loaded machine stretches a
-	// resync over several intervals: TestGetSharesTheNodeListing counts
-	// them with a clock of its own), and nothing else.
+	// resync over several intervals:
+	// TestNodeViewServesEveryGetWithinThePollInterval counts them with a
+	// clock of its own), and nothing else. The cluster-wide listing is
+	// ListByTag's: Gets of VMs their nodes' views show do not read it.
 	listings, nodeListings := c["GET /cluster/resources"], c["GET /nodes/{node}/qemu"]
 	if listings >= resyncs*proxies || nodeListings >= resyncs*proxies || steady != listings+nodeListings {
 		t.Errorf("%d calls for %d resyncs of %d proxies (%.2f per proxy per resync): %v; want both listings shared and nothing else",
@@ -433,69 +434,6 @@ func TestAPIEconomy(t *testing.T) {
 		float64(deleteCalls)/proxies, float64(deletePolls)/proxies)
 	t.Logf("create counters: %v", createCounters)
 	t.Logf("delete counters: %v", deleteCounters)
-}
-
-// TestGetSharesTheNodeListing counts the calls of steady-state Gets of
-// several running VMs on one node, on a clock the test moves: in each poll
-// interval they cost one cluster-wide listing and one listing of the node,
-// not one status read per VM. A second Get of the same VM reads the node
-// again (it must see what changed since its previous Get), and a failed
-// node listing falls back to the VM's status.
-func TestGetSharesTheNodeListing(t *testing.T) {
-	const proxies = 3
-	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(time.Hour) })
-	var offset atomic.Int64 // what the test adds to the real clock
-	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := make([]provider.ID, proxies)
-	for i := range proxies {
-		ids[i] = h.create(p, h.request("uid-share-"+strconv.Itoa(i), fmt.Sprintf("proxy-share%011d", i)))
-	}
-	for _, id := range ids {
-		h.running(p, id)
-	}
-	nextInterval := func() {
-		offset.Add(int64(2 * time.Hour))
-		h.sim.ResetCounters()
-	}
-	getAll := func() {
-		t.Helper()
-		for _, id := range ids {
-			inst, err := p.Get(h.ctx, id)
-			if err != nil || inst.State != provider.StateRunning || !inst.Address.IsValid() {
-				t.Fatalf("Get %s: %+v, %v", id, inst, err)
-			}
-		}
-	}
-	oneOfEach := map[string]int64{"GET /cluster/resources": 1, "GET /nodes/{node}/qemu": 1}
-	for round := range 3 {
-		nextInterval()
-		getAll()
-		if diff := cmp.Diff(oneOfEach, h.sim.Counters()); diff != "" {
-			t.Errorf("round %d: calls of %d Gets in one poll interval (-want +got):\n%s", round, proxies, diff)
-		}
-	}
-
-	// Within the interval, a Get of a VM already judged from the cached
-	// node listing reads the node again; the others share that read.
-	h.sim.ResetCounters()
-	getAll()
-	if diff := cmp.Diff(map[string]int64{"GET /nodes/{node}/qemu": 1}, h.sim.Counters()); diff != "" {
-		t.Errorf("calls of a second round in the same interval (-want +got):\n%s", diff)
-	}
-
-	// The node listing fails once: that Get reads its VM's status instead;
-	// a failure is not cached, so the next Get reads the node again and the
-	// rest share that read.
-	nextInterval()
-	h.sim.FailNext(http.MethodGet, "/nodes/{node}/qemu", 1, http.StatusInternalServerError, "node listing broken")
-	getAll()
-	want := map[string]int64{"GET /cluster/resources": 1, "GET /nodes/{node}/qemu": 2, "GET /nodes/{node}/qemu/{vmid}/status/current": 1}
-	if diff := cmp.Diff(want, h.sim.Counters()); diff != "" {
-		t.Errorf("calls of %d Gets after a failed node listing (-want +got):\n%s", proxies, diff)
-	}
 }
 
 // TestGetMapping: F14 paused is Stopped, F5 agent not running is

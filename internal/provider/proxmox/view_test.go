@@ -1,0 +1,270 @@
+package proxmox
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+)
+
+// viewPoll is the poll interval of the view tests: far longer than a test
+// runs, so that only the test's clock (moved by pass) ages a view.
+const viewPoll = time.Hour
+
+// clockedProvider builds a provider on the harness's entry (with viewPoll
+// as its poll interval) whose clock runs ahead of the wall clock by what
+// the returned pass has added.
+func clockedProvider(t *testing.T) (*harness, *Provider, func(time.Duration)) {
+	t.Helper()
+	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(viewPoll) })
+	var offset atomic.Int64
+	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, p, func(d time.Duration) { offset.Add(int64(d)) }
+}
+
+// runningOnClock is harness.running for a clocked provider: each look comes
+// a poll interval after the previous one, so that it reads a new view.
+func (h *harness) runningOnClock(p *Provider, pass func(time.Duration), id provider.ID) provider.Instance {
+	h.t.Helper()
+	var inst provider.Instance
+	h.eventually("running "+string(id), func() bool {
+		pass(2 * viewPoll)
+		got, err := p.Get(h.ctx, id)
+		if err != nil && !provider.IsTransient(err) {
+			h.t.Fatalf("get: %v", err)
+		}
+		inst = got
+		return err == nil && got.State == provider.StateRunning && got.Address.IsValid()
+	})
+	return inst
+}
+
+// vmTask runs a power task on a VM through the API, behind the provider's
+// back, and waits for it.
+func (h *harness) vmTask(node string, vmid int, path string) {
+	h.t.Helper()
+	c := newClient(h.block.APIURL, h.block.TokenFile, h.block.CAFile, false)
+	upid, err := c.task(h.ctx, call{name: "test", method: http.MethodPost, path: vmPath(node, vmid) + path, node: node, vmid: vmid, form: url.Values{}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.waitTask(c, node, upid)
+}
+
+// TestNodeViewServesEveryGetWithinThePollInterval: within one poll
+// interval, every Get of the VMs of a node, concurrent or one after the
+// other, of different VMs or of the same one, is served by one read of the
+// node's listing and costs nothing else: not the cluster-wide listing, not
+// a status read. That is what makes the steady state cost one listing per
+// node per poll interval whatever the number of Proxies.
+func TestNodeViewServesEveryGetWithinThePollInterval(t *testing.T) {
+	const vms = 3
+	h, p, pass := clockedProvider(t)
+	ids := make([]provider.ID, vms)
+	addrs := map[provider.ID]string{}
+	for i := range vms {
+		ids[i] = h.create(p, h.request("uid-view-"+strconv.Itoa(i), fmt.Sprintf("proxy-view%012d", i)))
+	}
+	for _, id := range ids {
+		addrs[id] = h.runningOnClock(p, pass, id).Address.String()
+	}
+	oneView := map[string]int64{"GET /nodes/{node}/qemu": 1}
+	for _, tc := range []struct {
+		name, reason string
+		concurrent   bool
+		rounds       int // Gets of each VM
+	}{
+		{"sequential, each VM once", "the first Get reads the view, the others find it kept", false, 1},
+		{"sequential, each VM five times", "a Get of a VM already judged from the view is served by it too (no read per Get of the same VM)", false, 5},
+		{"concurrent, each VM four times", "Gets that overlap share the one read in flight, the later ones find it kept", true, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pass(2 * viewPoll) // a new interval: the view is stale
+			h.sim.ResetCounters()
+			get := func(id provider.ID) string {
+				inst, err := p.Get(h.ctx, id)
+				if err != nil {
+					return err.Error()
+				}
+				return fmt.Sprintf("%s %s", inst.State, inst.Address)
+			}
+			var mu sync.Mutex
+			got := map[provider.ID][]string{}
+			var wg sync.WaitGroup
+			for range tc.rounds {
+				for _, id := range ids {
+					if !tc.concurrent {
+						got[id] = append(got[id], get(id))
+						continue
+					}
+					wg.Go(func() {
+						s := get(id)
+						mu.Lock()
+						got[id] = append(got[id], s)
+						mu.Unlock()
+					})
+				}
+			}
+			wg.Wait()
+			want := map[provider.ID][]string{}
+			for _, id := range ids {
+				for range tc.rounds {
+					want[id] = append(want[id], string(provider.StateRunning)+" "+addrs[id])
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("Gets (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(oneView, h.sim.Counters()); diff != "" {
+				t.Errorf("calls of %d Gets of %d VMs in one poll interval (-want +got) (%s):\n%s", tc.rounds*vms, vms, tc.reason, diff)
+			}
+		})
+	}
+
+	// A node listing that fails is not kept: that Get reads the
+	// cluster-wide listing, then the node again for the qmpstatus (F14),
+	// and the others share that second read.
+	t.Run("failed node listing", func(t *testing.T) {
+		pass(2 * viewPoll)
+		h.sim.ResetCounters()
+		h.sim.FailNext(http.MethodGet, "/nodes/{node}/qemu", 1, http.StatusInternalServerError, "node listing broken")
+		for _, id := range ids {
+			if inst, err := p.Get(h.ctx, id); err != nil || inst.State != provider.StateRunning {
+				t.Errorf("Get %s after a failed node listing = %+v, %v; want Running", id, inst, err)
+			}
+		}
+		want := map[string]int64{"GET /cluster/resources": 1, "GET /nodes/{node}/qemu": 2}
+		if diff := cmp.Diff(want, h.sim.Counters()); diff != "" {
+			t.Errorf("calls after a failed node listing (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestNodeViewNoticesAChangeBehindTheOperatorsBackWithinOnePollInterval: a
+// VM stopped, paused or destroyed by someone else is reported so by every
+// Get from one poll interval after the change on, although the view kept
+// from before the change still serves the Gets that come sooner.
+func TestNodeViewNoticesAChangeBehindTheOperatorsBackWithinOnePollInterval(t *testing.T) {
+	h, p, pass := clockedProvider(t)
+	for i, tc := range []struct {
+		name, reason string
+		change       func(node string, vmid int)
+		want         string // after one poll interval
+	}{
+		{"stopped", "F14: a stopped VM is listed stopped", func(node string, vmid int) { h.vmTask(node, vmid, "/status/stop") }, string(provider.StateStopped)},
+		{"paused", "F14: a paused VM is listed running, with qmpstatus paused in its node's listing (full=1)", func(node string, vmid int) { h.vmTask(node, vmid, "/status/suspend") }, string(provider.StateStopped)},
+		{"destroyed", "F2: gone from its node's listing and from the cluster-wide one", func(node string, vmid int) { h.destroyBehindOurBack(node, vmid) }, "NotFound"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := h.create(p, h.request("uid-back-"+strconv.Itoa(i), fmt.Sprintf("proxy-back%012d", i)))
+			node, vmid, _, _ := parseID(id)
+			ready := h.runningOnClock(p, pass, id)
+			state := func() string {
+				t.Helper()
+				inst, err := p.Get(h.ctx, id)
+				switch {
+				case provider.IsNotFound(err):
+					return "NotFound"
+				case err != nil:
+					t.Fatalf("Get: %v", err)
+				}
+				return string(inst.State)
+			}
+			tc.change(node, vmid)
+			changedAt := p.now()
+			h.sim.ResetCounters()
+			pass(viewPoll / 2)
+			if got := state(); got != string(provider.StateRunning) {
+				t.Errorf("within the poll interval: %s, want Running from the kept view (%s)", got, ready.Address)
+			}
+			if diff := cmp.Diff(map[string]int64{}, h.sim.Counters()); diff != "" {
+				t.Errorf("calls of a Get within the poll interval (-want +got):\n%s", diff)
+			}
+			pass(changedAt.Add(viewPoll).Sub(p.now()))
+			if got := state(); got != tc.want {
+				t.Errorf("one poll interval after the change: %s, want %s (%s)", got, tc.want, tc.reason)
+			}
+		})
+	}
+}
+
+// TestNodeViewIsNotJudgedOlderThanTheOperatorsOwnWrite: after this process
+// started, stopped or created a VM, a Get is never judged from a view read
+// before that write, however fresh the view is by the poll interval: it
+// says Provisioning until a newer view shows the VM. Judged from the old
+// view, a VM this process just started would be Stopped (and replaced), a
+// VM it is deleting would be Running.
+func TestNodeViewIsNotJudgedOlderThanTheOperatorsOwnWrite(t *testing.T) {
+	h, p, pass := clockedProvider(t)
+	other := h.create(p, h.request("uid-own-other", "proxy-ownother0000001"))
+	h.runningOnClock(p, pass, other)
+	readView := func() {
+		t.Helper()
+		pass(2 * viewPoll)
+		if _, err := p.Get(h.ctx, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name, reason string
+		// write does the operator's own write, with the view of the node
+		// read before it, and returns the VM's ID.
+		write func() provider.ID
+		calls map[string]int64 // of the Get after the write; nil: not counted
+	}{
+		{"own start", "the view (read after the config write, before the start) shows the VM stopped", func() provider.ID {
+			req := h.request("uid-own-start", "proxy-ownstart0000001")
+			var id provider.ID
+			h.eventually("create "+req.Name, func() bool {
+				got, err := p.Create(h.ctx, req)
+				switch {
+				case err == nil:
+					id = got
+					return true
+				case !provider.IsInProgress(err):
+					t.Fatalf("create: %v", err)
+				case !strings.HasPrefix(err.Error(), "starting VM"):
+					readView() // the last one before the start task
+				}
+				return false
+			})
+			return id
+		}, map[string]int64{}},
+		{"own create", "the view (read before the clone) does not show the VM at all", func() provider.ID {
+			readView()
+			return h.create(p, h.request("uid-own-create", "proxy-owncreate000001"))
+		}, map[string]int64{}},
+		{"own stop", "the view (read before Delete's stop) shows the VM running", func() provider.ID {
+			id := h.create(p, h.request("uid-own-stop", "proxy-ownstop00000001"))
+			h.runningOnClock(p, pass, id)
+			if err := p.Delete(h.ctx, id); !provider.IsInProgress(err) || !strings.HasPrefix(err.Error(), "stopping VM") {
+				t.Fatalf("Delete = %v, want InProgress stopping the VM", err)
+			}
+			return id
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := tc.write()
+			h.sim.ResetCounters()
+			inst, err := p.Get(h.ctx, id)
+			if err != nil || inst.State != provider.StateProvisioning {
+				t.Errorf("Get right after the write = %+v, %v; want Provisioning (%s)", inst, err, tc.reason)
+			}
+			if diff := cmp.Diff(tc.calls, h.sim.Counters()); tc.calls != nil && diff != "" {
+				t.Errorf("calls of the Get right after the write (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
