@@ -332,7 +332,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		return nil, classify("listing vms", err)
 	}
 	log := logr.FromContextOrDiscard(ctx)
-	var out []provider.Instance
+	var out, unverified []provider.Instance
 	listed := map[string]bool{}
 	nodes := p.block.Nodes()
 	for _, r := range list {
@@ -356,6 +356,9 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 			continue
 		}
 		if !ok {
+			if p.badMark(r.VMID, r.Name) {
+				unverified = append(unverified, provider.Instance{ID: ID(r.Node, r.VMID, r.Name), Name: r.Name, Node: r.Node})
+			}
 			continue
 		}
 		listed[m.Name] = true
@@ -376,6 +379,7 @@ func (p *Provider) ListByTag(ctx context.Context) ([]provider.Instance, error) {
 		out = append(out, inst)
 	}
 	p.mu.Lock()
+	p.unverified = unverified
 	for name, c := range p.creating {
 		if !listed[name] {
 			out = append(out, provider.Instance{ID: ID(c.node, c.vmid, name), Name: name, OwnerUID: c.ownerUID,

@@ -57,11 +57,14 @@ type Provider struct {
 	nodeTasks map[string]*sharedread.Read[[]TaskEntry]
 
 	mu    sync.Mutex
-	marks map[int]markEntry    // by VMID: the mark read from the config
-	addrs map[int]addrEntry    // by VMID: the agent's address of a running VM
-	tasks map[string]pending   // by name: the task a Create or Delete waits for
-	done  map[string]bool      // by name/step: steps finished in this process
-	waits map[string]time.Time // by name/what: since when something is waited for
+	marks map[int]markEntry // by VMID: the mark read from the config
+	// unverified are the VMs the latest ListByTag saw with this
+	// installation's mark and a signature that fails.
+	unverified []provider.Instance
+	addrs      map[int]addrEntry    // by VMID: the agent's address of a running VM
+	tasks      map[string]pending   // by name: the task a Create or Delete waits for
+	done       map[string]bool      // by name/step: steps finished in this process
+	waits      map[string]time.Time // by name/what: since when something is waited for
 
 	// creating holds, by name, the VMs this process cloned and whose Create
 	// has not returned their ID yet. Until the clone ends such a VM is
@@ -102,6 +105,9 @@ type markEntry struct {
 	name string // the listed name the mark was read for
 	m    mark
 	ok   bool
+	// bad: a whole mark of this installation whose signature fails, the
+	// sign of a lost or replaced key (provider.UnverifiedLister).
+	bad bool
 }
 
 type addrEntry struct {
@@ -279,8 +285,10 @@ func (p *Provider) markOf(ctx context.Context, r Resource) (mark, bool, error) {
 	if mok && m.Name != name {
 		mok = false // a mark copied onto another VM is not this VM's mark
 	}
+	bad := false
 	if mok {
 		if err := p.ident.VerifyStamp(m, p.entry.Name, vmidPlace(r.VMID)); err != nil {
+			bad = errors.Is(err, ownership.ErrBadSignature)
 			// Unsigned, forged, copied from another VM, or another
 			// installation's: foreign, never touched.
 			logr.FromContextOrDiscard(ctx).V(1).Info("a VM's mark is not this installation's; leaving it alone",
@@ -290,10 +298,27 @@ func (p *Provider) markOf(ctx context.Context, r Resource) (mark, bool, error) {
 	}
 	if name != "" && cfgStr(cfg, "lock") == "" {
 		p.mu.Lock()
-		p.marks[r.VMID] = markEntry{name: name, m: m, ok: mok}
+		p.marks[r.VMID] = markEntry{name: name, m: m, ok: mok, bad: bad}
 		p.mu.Unlock()
 	}
 	return m, mok, nil
+}
+
+// badMark says whether the mark last read for vmid, under the listed name,
+// is this installation's with a signature that fails.
+func (p *Provider) badMark(vmid int, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e, ok := p.marks[vmid]
+	return ok && e.bad && e.name == name
+}
+
+// Unverified implements provider.UnverifiedLister, from the latest
+// ListByTag: no call of its own.
+func (p *Provider) Unverified() []provider.Instance {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]provider.Instance(nil), p.unverified...)
 }
 
 func (p *Provider) forget(vmid int) {
