@@ -206,18 +206,47 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Both guests boot at once (TCG, one vCPU each).
+	// Both guests boot at once (TCG, one vCPU each). The wait follows their
+	// pace: it goes on while a guest writes to its serial console or its
+	// Proxy changes phase, and gives up after bootStall without either (a
+	// guest that is stuck), or at bootLimit, within the package's timeout.
+	const (
+		bootStall = 5 * time.Minute
+		bootLimit = 18 * time.Minute
+	)
 	var wg sync.WaitGroup
 	ready := make([]time.Duration, len(entries))
 	proxies := make([]*crawlv1alpha1.Proxy, len(entries))
+	why := make([]string, len(entries))
 	for i, e := range entries {
 		wg.Go(func() {
 			key := client.ObjectKey{Namespace: ns, Name: "egress-" + e}
-			deadline := time.Now().Add(10 * time.Minute)
-			for time.Now().Before(deadline) {
+			progress, phase, seen := time.Now(), crawlv1alpha1.ProxyPhase(""), int64(0)
+			for {
 				var p crawlv1alpha1.Proxy
-				if err := env.Client.Get(ctx, key, &p); err == nil && p.Status.Phase == crawlv1alpha1.ProxyPhaseReady {
-					ready[i], proxies[i] = time.Since(created), &p
+				if err := env.Client.Get(ctx, key, &p); err == nil {
+					if p.Status.Phase == crawlv1alpha1.ProxyPhaseReady {
+						ready[i], proxies[i] = time.Since(created), &p
+						return
+					}
+					if p.Status.Phase != phase {
+						phase, progress = p.Status.Phase, time.Now()
+					}
+					if p.Status.InstanceName != "" {
+						if n := l.SerialSize(p.Status.InstanceName); n > seen { //nolint:contextcheck // virsh runs under its own 2-minute bound (libvirtlab.Lab.Virsh).
+							seen, progress = n, time.Now()
+						}
+					}
+				}
+				switch {
+				case time.Since(created) > bootLimit:
+					why[i] = fmt.Sprintf("not Ready after %s", bootLimit)
+					return
+				case time.Since(progress) > bootStall:
+					why[i] = fmt.Sprintf("no serial console output and no phase change for %s (%d bytes of console output)", bootStall, seen)
+					return
+				case ctx.Err() != nil:
+					why[i] = ctx.Err().Error()
 					return
 				}
 				waitABit(ctx, 2*time.Second)
@@ -229,7 +258,7 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		if proxies[i] == nil {
 			var p crawlv1alpha1.Proxy
 			_ = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-" + e}, &p)
-			t.Fatalf("Proxy on %s never went Ready: phase %s, conditions %+v\nserial log:\n%s", e, p.Status.Phase, p.Status.Conditions, l.SerialLog("egress-"+e))
+			t.Fatalf("Proxy on %s never went Ready (%s): phase %s, conditions %+v\nserial log:\n%s", e, why[i], p.Status.Phase, p.Status.Conditions, l.SerialLog(p.Status.InstanceName))
 		}
 	}
 	for i, e := range entries {

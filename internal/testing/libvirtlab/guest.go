@@ -125,6 +125,23 @@ func (l *Lab) SerialLog(domain string) string {
 	return b.String()
 }
 
+// SerialSize is how many bytes the serial console files of domain hold. A
+// guest that is still booting keeps writing there, so a wait can follow the
+// guest's own pace on a loaded machine rather than a fixed bound.
+func (l *Lab) SerialSize(domain string) int64 {
+	x, err := l.Virsh("dumpxml", domain)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, p := range serialPaths(x) {
+		if fi, err := os.Stat(p); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
 // serialPaths finds the files a domain's serial and console devices write.
 func serialPaths(domainXML string) []string {
 	type dev struct {
