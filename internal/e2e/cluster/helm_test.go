@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
@@ -71,17 +70,7 @@ func TestHelmInstall(t *testing.T) {
 	cl := newClient(t, c)
 	tg := startTarget(t, c)
 	p := serves(t, cl, proxy("helm-web", "cluster", 3128), tg)
-	podOf := func() types.UID {
-		pods := &corev1.PodList{}
-		if err := cl.List(ctx, pods, client.InNamespace(podsNS)); err != nil {
-			t.Fatal(err)
-		}
-		if len(pods.Items) != 1 {
-			t.Fatalf("%d proxy pods, want the one of Proxy %s", len(pods.Items), p.Name)
-		}
-		return pods.Items[0].UID
-	}
-	before := podOf()
+	before := onlyProxyPod(t, cl, p)
 	operatorBefore := operatorPods(t, cl)
 
 	t.Run("upgrade", func(t *testing.T) {
@@ -98,24 +87,7 @@ func TestHelmInstall(t *testing.T) {
 			return strings.Contains(strings.Join(now[0].Spec.Containers[0].Args, " "), "--resync-interval=4m"), "the new pod lacks --resync-interval=4m"
 		})
 		serves(t, cl, proxy("helm-after-upgrade", "cluster", 3128), tg)
-		got := &crawlv1alpha1.Proxy{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.InstanceID != p.Status.InstanceID {
-			t.Errorf("the upgrade re-created Proxy %s's instance: %q, was %q", p.Name, got.Status.InstanceID, p.Status.InstanceID)
-		}
-		pods := &corev1.PodList{}
-		if err := cl.List(ctx, pods, client.InNamespace(podsNS)); err != nil {
-			t.Fatal(err)
-		}
-		found := false
-		for _, pod := range pods.Items {
-			found = found || pod.UID == before
-		}
-		if !found || len(pods.Items) != 2 {
-			t.Errorf("after the upgrade: %d proxy pods, the first Proxy's pod kept: %v; want 2 and kept", len(pods.Items), found)
-		}
+		keptAcrossUpgrade(t, cl, p, before, 2)
 	})
 
 	t.Run("uninstall", func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -414,6 +415,49 @@ func operatorPods(t *testing.T, cl client.Client) []corev1.Pod {
 	return out
 }
 
+// rolledOut waits for the operator's Deployment to finish its rollout.
+func rolledOut(t *testing.T, c *kubelab.Cluster) {
+	t.Helper()
+	if out, err := c.Kubectl(t.Context(), "", "-n", operatorNS, "rollout", "status", "deployment/"+deployment, "--timeout="+deployTimeout.String()); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// onlyProxyPod returns the UID of the one proxy pod, that of p.
+func onlyProxyPod(t *testing.T, cl client.Client, p *crawlv1alpha1.Proxy) types.UID {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := cl.List(t.Context(), pods, client.InNamespace(podsNS)); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("want the one pod of Proxy %s: %d pods, %v", p.Name, len(pods.Items), err)
+	}
+	return pods.Items[0].UID
+}
+
+// keptAcrossUpgrade checks that an upgrade re-created nothing: p, made
+// before it, is Ready on its instance, its pod (UID before) is still there,
+// and there are want proxy pods in all.
+func keptAcrossUpgrade(t *testing.T, cl client.Client, p *crawlv1alpha1.Proxy, before types.UID, want int) {
+	t.Helper()
+	got := &crawlv1alpha1.Proxy{}
+	if err := cl.Get(t.Context(), client.ObjectKeyFromObject(p), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.InstanceID != p.Status.InstanceID || got.Status.Phase != crawlv1alpha1.ProxyPhaseReady {
+		t.Errorf("after the upgrade Proxy %s is %s on instance %q; want Ready on %q, not re-created", p.Name, got.Status.Phase, got.Status.InstanceID, p.Status.InstanceID)
+	}
+	pods := &corev1.PodList{}
+	if err := cl.List(t.Context(), pods, client.InNamespace(podsNS)); err != nil {
+		t.Fatal(err)
+	}
+	kept := false
+	for _, pod := range pods.Items {
+		kept = kept || pod.UID == before
+	}
+	if !kept || len(pods.Items) != want {
+		t.Errorf("after the upgrade: %d proxy pods, Proxy %s's pod kept: %v; want %d and kept", len(pods.Items), p.Name, kept, want)
+	}
+}
+
 // metricsEndpoint scrapes the operator's pod the way Prometheus does, with
 // the token of a ServiceAccount bound to the shipped metrics-reader
 // ClusterRole; without a token, or with one that lacks the role, it is
@@ -489,9 +533,7 @@ func leaderElection(t *testing.T, c *kubelab.Cluster, cl client.Client, tg targe
 	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "scale", "deployment/"+deployment, "--replicas=2"); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "rollout", "status", "deployment/"+deployment, "--timeout="+deployTimeout.String()); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	rolledOut(t, c)
 	holder := func() string {
 		l := &coordinationv1.Lease{}
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: setup.LeaderElectionID}, l); err != nil || l.Spec.HolderIdentity == nil {

@@ -2,7 +2,6 @@ package cluster_test
 
 import (
 	"archive/tar"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,11 +12,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
 )
 
@@ -97,16 +91,6 @@ func untar(r io.Reader, dir string) error {
 	}
 }
 
-// makeIn runs make in dir, a tree that may not be this checkout.
-func makeIn(ctx context.Context, dir string, args ...string) error {
-	cmd := exec.CommandContext(ctx, "make", append([]string{"--no-print-directory", "-C", dir}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("make %s in %s: %w:\n%s", strings.Join(args, " "), dir, err, out)
-	}
-	return nil
-}
-
 // TestUpgradeFromThePreviousCommit installs the previous commit's build
 // with its own `make image` and `make deploy`, creates a Proxy, then
 // deploys this commit the same way: the Proxy keeps its instance and its
@@ -126,7 +110,7 @@ func TestUpgradeFromThePreviousCommit(t *testing.T) {
 	ctx := t.Context()
 	began := time.Now()
 	prevTar := filepath.Join(t.TempDir(), "prev.tar")
-	if err := makeIn(ctx, prev, "image", "IMG="+previousImage, "IMAGE_TAR="+prevTar); err != nil {
+	if err := kubelab.MakeIn(ctx, prev, "image", "IMG="+previousImage, "IMAGE_TAR="+prevTar); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("the previous commit's make image: %s", time.Since(began).Round(time.Millisecond))
@@ -134,69 +118,30 @@ func TestUpgradeFromThePreviousCommit(t *testing.T) {
 	cl := newClient(t, c)
 	tg := startTarget(t, c)
 	cfg := fmt.Sprintf(providersYAML, c.HostIP)
-	deploy := func(tree, image string) {
-		t.Helper()
-		// The previous tree is a throwaway copy: its providers.yaml is
-		// edited in place, which works whether or not its Makefile knows
-		// CONFIG_DIR.
-		if err := os.WriteFile(filepath.Join(tree, "config", "manager", "providers.yaml"), []byte(cfg), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := makeIn(ctx, tree, "deploy", "IMG="+image, "KUBECTL="+filepath.Join(c.Bin, "kubectl"), "KUBECONFIG="+c.Kubeconfig); err != nil {
-			t.Fatal(err)
-		}
-		if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "rollout", "status", "deployment/"+deployment, "--timeout="+deployTimeout.String()); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+	kubectl := []string{"KUBECTL=" + filepath.Join(c.Bin, "kubectl"), "KUBECONFIG=" + c.Kubeconfig}
+	// The previous tree is a throwaway copy: its providers.yaml is edited
+	// in place, which works whether or not its Makefile knows CONFIG_DIR.
+	if err := os.WriteFile(filepath.Join(prev, "config", "manager", "providers.yaml"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	deploy(prev, previousImage)
+	if err := kubelab.MakeIn(ctx, prev, "deploy", append([]string{"IMG=" + previousImage}, kubectl...)...); err != nil {
+		t.Fatal(err)
+	}
+	rolledOut(t, c)
 	old := serves(t, cl, proxy("before-upgrade", "cluster", 3128), tg)
-	podUID := func() types.UID {
-		pods := &corev1.PodList{}
-		if err := cl.List(ctx, pods, client.InNamespace(podsNS)); err != nil || len(pods.Items) != 1 {
-			t.Fatalf("want the one pod of Proxy %s: %d pods, %v", old.Name, len(pods.Items), err)
-		}
-		return pods.Items[0].UID
-	}
-	before := podUID()
+	before := onlyProxyPod(t, cl, old)
 
 	// This commit, installed over it the same way, from a copy of config/.
-	cur := t.TempDir()
-	if err := os.CopyFS(filepath.Join(cur, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
+	if err := kubelab.Make(ctx, "deploy", append([]string{"CONFIG_DIR=" + editedConfig(t, cfg),
+		"INSTALLER=" + filepath.Join(t.TempDir(), "install.yaml")}, kubectl...)...); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cur, "config", "manager", "providers.yaml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := kubelab.Make(ctx, "deploy", "CONFIG_DIR="+filepath.Join(cur, "config"), "INSTALLER="+filepath.Join(cur, "install.yaml"),
-		"KUBECTL="+filepath.Join(c.Bin, "kubectl"), "KUBECONFIG="+c.Kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "rollout", "status", "deployment/"+deployment, "--timeout="+deployTimeout.String()); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	rolledOut(t, c)
 	for _, p := range operatorPods(t, cl) {
 		if img := p.Spec.Containers[0].Image; !strings.HasSuffix(img, "egress-proxies-operator:dev") {
 			t.Fatalf("operator pod %s runs %s after the upgrade, want this commit's egress-proxies-operator:dev", p.Name, img)
 		}
 	}
 	serves(t, cl, proxy("after-upgrade", "cluster", 3128), tg)
-	got := &crawlv1alpha1.Proxy{}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(old), got); err != nil {
-		t.Fatal(err)
-	}
-	if got.Status.InstanceID != old.Status.InstanceID || got.Status.Phase != crawlv1alpha1.ProxyPhaseReady {
-		t.Errorf("after the upgrade Proxy %s is %s on instance %q; want Ready on %q, not re-created", old.Name, got.Status.Phase, got.Status.InstanceID, old.Status.InstanceID)
-	}
-	pods := &corev1.PodList{}
-	if err := cl.List(ctx, pods, client.InNamespace(podsNS)); err != nil {
-		t.Fatal(err)
-	}
-	kept := false
-	for _, p := range pods.Items {
-		kept = kept || p.UID == before
-	}
-	if !kept || len(pods.Items) != 2 {
-		t.Errorf("after the upgrade: %d proxy pods, Proxy %s's pod kept: %v; want 2 and kept", len(pods.Items), old.Name, kept)
-	}
+	keptAcrossUpgrade(t, cl, old, before, 2)
 }

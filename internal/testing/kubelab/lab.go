@@ -476,10 +476,16 @@ func Make(ctx context.Context, target string, vars ...string) error {
 	if err != nil {
 		return err
 	}
-	cmd := command(ctx, "make", append([]string{"--no-print-directory", "-C", root, target}, vars...)...)
+	return MakeIn(ctx, root, target, vars...)
+}
+
+// MakeIn runs a target of the Makefile in dir: the repository's, or
+// another tree's (an older commit's, to upgrade from).
+func MakeIn(ctx context.Context, dir, target string, vars ...string) error {
+	cmd := command(ctx, "make", append([]string{"--no-print-directory", "-C", dir, target}, vars...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("make %s: %w:\n%s", target, err, out)
+		return fmt.Errorf("make %s in %s: %w:\n%s", target, dir, err, out)
 	}
 	return nil
 }
