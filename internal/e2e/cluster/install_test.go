@@ -207,6 +207,9 @@ func TestShippedInstall(t *testing.T) {
 	t.Run("pool of three", func(t *testing.T) {
 		pool(t, cl)
 	})
+	t.Run("gateway in front of the pool", func(t *testing.T) {
+		gatewayFront(t, c, cl, target)
+	})
 	t.Run("metrics endpoint", func(t *testing.T) {
 		metricsEndpoint(t, c, cl)
 	})
