@@ -36,6 +36,8 @@ type results struct {
 	direct                []measurement
 	proxies               []proxyResult
 	missing               []string
+	// placement is the session placement benchmark's, in the gateway mode.
+	placement *placement
 }
 
 func (r *results) find(name string) (proxyResult, bool) {
