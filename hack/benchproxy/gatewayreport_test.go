@@ -13,9 +13,9 @@ import (
 // TestGatewayVerdict: the gateway's verdict in each kind of scenario,
 // against the goals of issue #22.
 func TestGatewayVerdict(t *testing.T) {
-	one := scenario{name: "CONNECT + GET 1 KiB, 1 client", connect: true, clients: 1}
-	many := scenario{name: "CONNECT + GET 1 KiB, 16 clients", connect: true}
-	plain := scenario{name: "GET 1 KiB, 16 clients"}
+	one := scenario{name: "CONNECT + GET 1 KiB (1 client)", connect: true, clients: 1}
+	many := scenario{name: "CONNECT + GET 1 KiB (16 clients)", connect: true}
+	plain := scenario{name: "GET 1 KiB (16 clients)"}
 	// m is a measurement of ok requests in one second.
 	m := func(ok int, p50, p99 time.Duration) measurement {
 		return measurement{ok: ok, elapsed: time.Second, p50: p50, p99: p99}
@@ -66,7 +66,7 @@ func TestGatewayVerdict(t *testing.T) {
 // TestGatewayVerdictPerCPU: with CPU times measured, the throughput verdict
 // adds the work per CPU second against the forward proxy's.
 func TestGatewayVerdictPerCPU(t *testing.T) {
-	sc := scenario{name: "CONNECT + GET 1 KiB, 16 clients", connect: true}
+	sc := scenario{name: "CONNECT + GET 1 KiB (16 clients)", connect: true}
 	fp := measurement{ok: 1000, elapsed: time.Second, bytes: 1000, cpu: 1}
 	gw := measurement{ok: 900, elapsed: time.Second, bytes: 900, cpu: 0.5}
 	r := &results{scenarios: []scenario{sc}, proxies: []proxyResult{{name: "ours", scenarios: []measurement{fp}}, {name: nameGateway, scenarios: []measurement{gw}}}}
@@ -148,12 +148,12 @@ func TestPlacementVerdict(t *testing.T) {
 func TestModeScenarios(t *testing.T) {
 	o := options{gateway: true, concurrency: 8}
 	got := scenarioNames(modeScenarios(o))
-	want := []string{"GET 1 KiB, 1 client", "GET 1 KiB, 8 clients", "GET 1 MiB, 1 client", "GET 1 MiB, 8 clients",
-		"CONNECT + GET 1 KiB, 1 client", "CONNECT + GET 1 KiB, 8 clients"}
+	want := []string{"GET 1 KiB (1 client)", "GET 1 KiB (8 clients)", "GET 1 MiB (1 client)", "GET 1 MiB (8 clients)",
+		"CONNECT + GET 1 KiB (1 client)", "CONNECT + GET 1 KiB (8 clients)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("gateway mode scenarios (-want +got):\n%s", diff)
 	}
-	picked, err := selectScenarios(modeScenarios(o), []string{"CONNECT + GET 1 KiB, 1 client"})
+	picked, err := selectScenarios(modeScenarios(o), []string{"CONNECT + GET 1 KiB (1 client)"})
 	if err != nil || len(picked) != 1 || picked[0].clients != 1 || !picked[0].connect {
 		t.Errorf("selecting the one-client CONNECT scenario = %+v, %v", picked, err)
 	}

@@ -218,7 +218,10 @@ func startProxy(ctx context.Context, name, profileDir, upstream, pcDir string) (
 			return nil, err
 		}
 		p.cmd = exec.CommandContext(ctx, self) //nolint:gosec // G204: this very program, re-executed.
-		p.cmd.Env = append(os.Environ(), childEnv+"="+addr, childUpstreamEnv+"="+upstream)
+		if profileDir != "" {
+			profileDir = filepath.Join(profileDir, nameGateway)
+		}
+		p.cmd.Env = append(os.Environ(), childEnv+"="+addr, childUpstreamEnv+"="+upstream, childProfileEnv+"="+profileDir)
 	case nameProxyChain:
 		p.cmd = proxyChainCommand(ctx, pcDir, addr, upstream)
 	case "tinyproxy":
