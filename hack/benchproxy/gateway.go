@@ -63,11 +63,7 @@ func runGatewayChild(ctx context.Context, addr, upstream string) error {
 	if err != nil {
 		return err
 	}
-	ln, err := forwardproxy.Listen(ctx, addr)
-	if err != nil {
-		return err
-	}
-	return forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{})
+	return serve(ctx, addr, p)
 }
 
 // proxyChainFiles are the reference's server and its pinned npm packages.

@@ -167,32 +167,22 @@ func (r *results) writeGateway(w io.Writer) error {
 	fmt.Fprintf(&b, "Measured %s on %s with `%s`: %d rounds of at most %d requests or %s per scenario and path (the median round shown), %d idle tunnels; load average (1 min) %s at the start, %s at the end. "+
 		"The gateway and proxy-chain chain every request and tunnel to the forward proxy, with its credentials; the latency they add is over the forward proxy reached directly, the forward proxy's over the origin reached directly.\n\n",
 		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.rounds, r.opts.requests, r.opts.duration, r.opts.idle, r.loadBefore, r.loadAfter)
-	if len(r.missing) > 0 {
-		fmt.Fprintf(&b, "Not measured (not installed): %s.\n\n", strings.Join(r.missing, ", "))
-	}
 	fp, _ := r.find("ours")
-	b.WriteString("| Scenario | Path | Requests/s | p50 (ms) | p99 (ms) | p50 added (ms) | p99 added (ms) | CPU s/GB | Verdict |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	r.writeScenarioHead(&b, "Path")
 	for i, sc := range r.scenarios {
 		d := r.direct[i]
-		fmt.Fprintf(&b, "| %s | direct | %.0f | %s | %s | | | | baseline%s |\n", sc.name, d.rps(), ms(d.p50), ms(d.p99), notes(d))
+		writeDirectRow(&b, sc, d)
 		for _, p := range r.proxies {
-			m := p.scenarios[i]
 			base, v := d, "reference"
 			switch p.name {
 			case "ours":
 				v = "the upstream of the others"
 			case nameGateway:
-				base, v = fp.scenarios[i], r.gatewayVerdict(i, m)
+				base, v = fp.scenarios[i], r.gatewayVerdict(i, p.scenarios[i])
 			case nameProxyChain:
 				base = fp.scenarios[i]
 			}
-			cpuPerGB := "n/a"
-			if m.bytes > 0 {
-				cpuPerGB = fmt.Sprintf("%.2f", m.cpu/(float64(m.bytes)/1e9))
-			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s%s |\n", sc.name, pathName(p.name), m.rps(),
-				ms(m.p50), ms(m.p99), ms(added(m.p50, base.p50)), ms(added(m.p99, base.p99)), cpuPerGB, v, notes(m))
+			writeRow(&b, sc, pathName(p.name), p.scenarios[i], base, v)
 		}
 	}
 	b.WriteString("\n| Process | RSS before (MiB) | RSS with the idle tunnels (MiB) | Idle tunnels | KiB per idle tunnel | Verdict |\n")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -80,11 +81,16 @@ func runChild(addr, profileDir string) error {
 	if err != nil {
 		return err
 	}
+	return serve(ctx, addr, p)
+}
+
+// serve serves h on addr until ctx ends.
+func serve(ctx context.Context, addr string, h http.Handler) error {
 	ln, err := forwardproxy.Listen(ctx, addr)
 	if err != nil {
 		return err
 	}
-	return forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{})
+	return forwardproxy.ServeWith(ctx, ln, h, forwardproxy.ServeOptions{})
 }
 
 // startProfile starts the CPU profile into dir/cpu.pprof; the function it

@@ -67,26 +67,18 @@ func showGateway(ctx context.Context, out io.Writer, gw *demoGateway, k8s client
 	rotating, session := gw.client(demoGatewayUser), gw.client(demoGatewayUser+"-session-demo1")
 	defer rotating.CloseIdleConnections()
 	defer session.CloseIdleConnections()
-	seen := map[string]int{}
-	for range 20 {
-		addr, err := egressThrough(ctx, rotating, ipURL)
-		if err != nil {
-			return fmt.Errorf("request through the gateway: %w", err)
-		}
-		seen[addr]++
+	seen, err := egressesThrough(ctx, rotating, ipURL, 20)
+	if err != nil {
+		return fmt.Errorf("request through the gateway: %w", err)
 	}
 	say("20 requests through the gateway, round-robin over the members: %d egress addresses, %s", len(seen), tally(seen))
 	if len(seen) != len(members) {
 		return fmt.Errorf("20 requests used %d egress addresses; the gateway has %d members", len(seen), len(members))
 	}
 
-	sessionSeen := map[string]int{}
-	for range 10 {
-		addr, err := egressThrough(ctx, session, ipURL)
-		if err != nil {
-			return fmt.Errorf("request in session demo1: %w", err)
-		}
-		sessionSeen[addr]++
+	sessionSeen, err := egressesThrough(ctx, session, ipURL, 10)
+	if err != nil {
+		return fmt.Errorf("request in session demo1: %w", err)
 	}
 	say("10 requests as user %s-session-demo1: %s", demoGatewayUser, tally(sessionSeen))
 	if len(sessionSeen) != 1 {
@@ -115,7 +107,7 @@ func showGateway(ctx context.Context, out io.Writer, gw *demoGateway, k8s client
 		load.stop()
 		return err
 	}
-	err := waitUntil(ctx, 2*time.Minute, func() bool {
+	err = waitUntil(ctx, 2*time.Minute, func() bool {
 		gone := apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: victim.Name}, &crawlv1alpha1.Proxy{}))
 		return gone && !slices.ContainsFunc(gw.set.Members(), func(m *gateway.Member) bool { return m.Name == victim.Name })
 	})
@@ -213,6 +205,20 @@ func egressThrough(ctx context.Context, c *http.Client, ipURL string) (string, e
 		return "", fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
 	return strings.TrimSpace(string(body)), nil
+}
+
+// egressesThrough sends n requests to ipURL through c and counts the
+// addresses they came from.
+func egressesThrough(ctx context.Context, c *http.Client, ipURL string, n int) (map[string]int, error) {
+	seen := map[string]int{}
+	for range n {
+		addr, err := egressThrough(ctx, c, ipURL)
+		if err != nil {
+			return nil, err
+		}
+		seen[addr]++
+	}
+	return seen, nil
 }
 
 // tally prints addresses with their counts, in address order.
