@@ -32,9 +32,6 @@ const (
 // one member, our forward proxy at the address it names.
 const childUpstreamEnv = "BENCHPROXY_CHILD_UPSTREAM"
 
-// chains reports whether the named proxy chains to ours.
-func chains(name string) bool { return name == nameGateway || name == nameProxyChain }
-
 // runGatewayChild serves a pool gateway on addr until ctx ends, as the
 // gateway subcommand runs it (Basic auth, metrics on, default limits), with
 // one member: our forward proxy at upstream, with the bench's credentials.

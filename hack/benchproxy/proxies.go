@@ -361,7 +361,7 @@ func available(ctx context.Context, name string, install bool, log func(string, 
 // install holds it.
 func aptInstall(ctx context.Context, pkgs ...string) error {
 	args := append([]string{"-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends"}, pkgs...)
-	cmd := exec.CommandContext(ctx, "apt-get", args...)
+	cmd := exec.CommandContext(ctx, "apt-get", args...) //nolint:gosec // G204: apt-get with the bench's fixed package names.
 	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("apt-get install %s: %w:\n%s", strings.Join(pkgs, " "), err, lastLines(string(out), 5))

@@ -120,7 +120,7 @@ func showGateway(ctx context.Context, out io.Writer, gw *demoGateway, k8s client
 	say("while %s went (its VM removed, gone from the gateway's members): %d requests, %d failed; session demo1 stayed on %s",
 		victim.Name, r.ok+r.failed, r.failed, tally(r.session))
 	if r.failed > 0 {
-		return fmt.Errorf("%d requests failed while a member went: %v", r.failed, r.firstErr)
+		return fmt.Errorf("%d requests failed while a member went: %w", r.failed, r.firstErr)
 	}
 	if len(r.session) != 1 || r.session[sessionAddr] == 0 {
 		return fmt.Errorf("session demo1 moved from %s: %v", sessionAddr, r.session)
