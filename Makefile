@@ -206,6 +206,10 @@ bench: ## Measure the operator's API calls, convergence, CPU and RSS against the
 bench-proxy: ## Measure the forward proxy against tinyproxy and squid on loopback (installs them with apt-get when missing; ARGS='--rounds 1').
 	$(GO) run ./hack/benchproxy $(ARGS)
 
+.PHONY: bench-gateway
+bench-gateway: ## Measure the pool gateway in front of the forward proxy against that proxy reached directly and Apify's proxy-chain, on loopback, and session placement (installs nodejs and npm with apt-get and the pinned proxy-chain with npm when missing; ARGS='--rounds 1').
+	GO=$(GO) $(GO) run ./hack/benchproxy --gateway $(ARGS)
+
 # Targets that talk to a cluster use the current kubeconfig context and fail
 # at once, with a message, when kubectl or the cluster is missing.
 KUBECTL        ?= kubectl
