@@ -149,12 +149,10 @@ func tunnels(ctx context.Context, addr, host string, n int) {
 	done.Wait()
 }
 
-// lintGatewayMetrics checks what the gateway's /metrics serves, after
-// traffic, with promtool check metrics, and that each of the gateway's own
-// metrics is in the table of docs/gateway.md.
-func lintGatewayMetrics(t *testing.T, gw *gatewayTarget) {
+// httpGet returns the body of a GET of u on loopback.
+func httpGet(ctx context.Context, t *testing.T, u string) []byte {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+gw.metrics+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +161,19 @@ func lintGatewayMetrics(t *testing.T, gw *gatewayTarget) {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	text, err := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return body
+}
+
+// lintGatewayMetrics checks what the gateway's /metrics serves, after
+// traffic, with promtool check metrics, and that each of the gateway's own
+// metrics is in the table of docs/gateway.md.
+func lintGatewayMetrics(t *testing.T, gw *gatewayTarget) {
+	t.Helper()
+	text := httpGet(t.Context(), t, "http://"+gw.metrics+"/metrics")
 	if out, err := promtool(t, t.TempDir(), text, "check", "metrics"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("promtool check metrics on the gateway's metrics: %v\n%s", err, out)
 	}

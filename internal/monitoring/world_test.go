@@ -392,15 +392,6 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	}
 	// The rules evaluate without error; the Failed Proxy has its alert
 	// pending (its for: is 5 minutes).
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+prom+"/api/v1/rules", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var rules struct {
 		Data struct {
 			Groups []struct {
@@ -412,7 +403,7 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 			} `json:"groups"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&rules); err != nil {
+	if err := json.Unmarshal(httpGet(ctx, t, "http://"+prom+"/api/v1/rules"), &rules); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range rules.Data.Groups {
