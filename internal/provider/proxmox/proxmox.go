@@ -61,14 +61,14 @@ type Provider struct {
 	// unverified are the VMs the latest ListByTag saw with this
 	// installation's mark and a signature that fails.
 	unverified []provider.Instance
-	addrs      map[int]addrEntry    // by VMID: the agent's address of a running VM
-	tasks      map[string]pending   // by name: the task a Create or Delete waits for
+	addrs      map[int]addrEntry  // by VMID: the agent's address of a running VM
+	tasks      map[string]pending // by name: the task a Create or Delete waits for
 	// taskEnds are, by UPID, the exit statuses of tasks in flight that a
 	// node's task list showed ended: an end is final, so it serves every
 	// later look, and the next list need not reach back to the task.
 	taskEnds map[string]string
-	done       map[string]bool      // by name/step: steps finished in this process
-	waits      map[string]time.Time // by name/what: since when something is waited for
+	done     map[string]bool      // by name/step: steps finished in this process
+	waits    map[string]time.Time // by name/what: since when something is waited for
 
 	// creating holds, by name, the VMs this process cloned and whose Create
 	// has not returned their ID yet. Until the clone ends such a VM is
@@ -174,7 +174,7 @@ func New(o Options) (*Provider, error) {
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
 		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
-		creating:  map[string]creatingVM{}, seeds: map[int]seedState{},
+		creating: map[string]creatingVM{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
 	p.started = p.now()
