@@ -256,12 +256,12 @@ CHART_FILES   := $(CHART)/files
 CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml
 
 .PHONY: chart-files
-chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts and dashboard from config/ into the chart (part of generate).
+chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts, dashboard and gateway PodMonitor from config/ into the chart (part of generate).
 	@rm -rf $(CHART_FILES) && mkdir -p $(CHART_FILES)/crds $(CHART_FILES)/rbac $(CHART_FILES)/monitoring
 	@cp config/crd/bases/*.yaml $(CHART_FILES)/crds/
 	@for f in $(CHART_RBAC); do cp config/rbac/$$f $(CHART_FILES)/rbac/; done
 	@cp config/manager/providers.yaml $(CHART_FILES)/providers.yaml
-	@cp config/prometheus/rules/prometheus_rule.yaml config/prometheus/dashboard/egress-proxies.json $(CHART_FILES)/monitoring/
+	@cp config/prometheus/rules/prometheus_rule.yaml config/prometheus/dashboard/egress-proxies.json config/prometheus/gateway_monitor.yaml $(CHART_FILES)/monitoring/
 
 # The chart is versioned with the operator: VERSION, when it is a release
 # (x.y.z), is the chart's version and appVersion.
