@@ -192,7 +192,7 @@ func (r *run) loseKey(ctx context.Context) episode {
 	}
 	k.held = r.create(ctx, pvelab.EntryName)
 	k.lostAt, k.since = r.operatorUptime(), time.Now()
-	k.bound = r.paced(10, 15*time.Second, time.Minute)
+	k.bound = r.paced(20, 30*time.Second, 2*time.Minute)
 	r.faults["ownership key lost"]++
 	return k
 }
@@ -255,6 +255,7 @@ func (k *keyEpisode) restore(ctx context.Context, r *run) {
 		r.t.Fatalf("restoring the key Secret: %v", err)
 	}
 	r.start()
+	k.bound = r.paced(20, 30*time.Second, 2*time.Minute)
 	if r.keyID != k.oldKeyID {
 		r.violation("lostkey|keyid", "after the restore the operator holds the key %s, not the restored %s", r.keyID, k.oldKeyID)
 	}
@@ -289,8 +290,10 @@ func conditionText(c *metav1.Condition) string {
 // comes; the operator gives each call up at its deadline, hungDeadline),
 // while a burst of Proxies asks that entry for instances, enough to take
 // every worker were the entry not held to its share. Meanwhile, on the lab:
-// a Proxy created after the hang began becomes Ready, a Proxy orphaned then
-// (its finalizer removed, as an uninstall leaves it) has its VM collected,
+// a Proxy created after the hang began becomes Ready, a Proxy orphaned a
+// third of the bound later (its finalizer removed, as an uninstall leaves
+// it; by then garbage collection's pass of the hung entry hangs too) has
+// its VM collected,
 // and the lab's health check goes on. The hang is lifted once all three are
 // seen; the calls it held then end by their deadline, as Transient errors
 // that name the entry and the operation (an event says so). The operator is
@@ -298,9 +301,11 @@ func conditionText(c *metav1.Condition) string {
 // other fault is injected while the hang lasts: its bound must stay below
 // the deadline, or starved workers would be freed by it and pass unseen.
 type hangEpisode struct {
-	since     time.Time
-	bound     time.Duration
+	since time.Time
+	bound time.Duration
+	// orphan is the Proxy to orphan, orphaned once orphaned is set.
 	orphan    *tracked
+	orphaned  bool
 	checkedAt time.Time
 	// readyAfter, orphanGone and checked are the evidence.
 	readyAfter          int
@@ -316,7 +321,8 @@ type hangEpisode struct {
 const hangBurst = 6
 
 // hang starts a hang when the world is ready for one: the operator settled,
-// the key not lost, and a Ready lab Proxy whose VM is there to orphan.
+// the key not lost, and a Ready lab Proxy whose VM is there to orphan (the
+// script does not delete it meanwhile: it counts as deleted).
 func (r *run) hang(ctx context.Context) episode {
 	if !r.settled() {
 		return nil
@@ -347,7 +353,8 @@ func (r *run) hang(ctx context.Context) episode {
 	for range 2 {
 		r.create(ctx, pvelab.EntryName)
 	}
-	r.orphanProxy(ctx, orphan)
+	orphan.deleted = true
+	r.deleted++
 	r.faults["provider hangs"]++
 	return h
 }
@@ -377,8 +384,6 @@ func (r *run) orphanProxy(ctx context.Context, p *tracked) {
 	if err := client.IgnoreNotFound(env.Client.Delete(ctx, &obj)); err != nil {
 		r.t.Fatal(err)
 	}
-	p.deleted = true
-	r.deleted++
 	r.orphans++
 }
 
@@ -386,13 +391,17 @@ func (h *hangEpisode) advance(ctx context.Context, r *run) bool {
 	if !h.lifted.IsZero() {
 		return h.drained(r)
 	}
+	if !h.orphaned && time.Since(h.since) >= h.bound/3 {
+		r.orphanProxy(ctx, h.orphan)
+		h.orphaned = true
+	}
 	h.readyAfter = 0
 	for _, p := range r.proxies {
 		if p.entry == pvelab.EntryName && p.createdAt.After(h.since) && !p.readyAt.IsZero() {
 			h.readyAfter++
 		}
 	}
-	h.orphanGone = h.orphanGone || !r.hasVM(h.orphan)
+	h.orphanGone = h.orphanGone || (h.orphaned && !r.hasVM(h.orphan))
 	if ph := r.providerHealth(ctx, pvelab.EntryName); ph != nil && ph.Status.LastCheckTime != nil {
 		// lastCheckTime has a resolution of one second.
 		h.checked = h.checked || ph.Status.LastCheckTime.Time.Sub(h.checkedAt) >= 2*time.Second
