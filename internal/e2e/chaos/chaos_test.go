@@ -240,7 +240,7 @@ func (r *run) create(ctx context.Context, entry string) *tracked {
 func (r *run) replace() {
 	var vmids []int
 	for _, vm := range r.lab.Sim.VMs() {
-		if _, foreign := r.foreign[vm.VMID]; !foreign && !vm.Template && vm.Lock == "" {
+		if _, foreign := r.foreign[vm.VMID]; !foreign && !vm.Template && vm.Lock == "" && !r.hangKeeps(vm.VMID) {
 			vmids = append(vmids, vm.VMID)
 		}
 	}

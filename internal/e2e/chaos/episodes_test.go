@@ -153,11 +153,11 @@ type keyEpisode struct {
 	lost     bool
 	// lostAt is the operator's uptime at the loss; since is the wall
 	// time the current phase began, bound its limit.
-	lostAt               time.Duration
-	since                time.Time
-	bound                time.Duration
-	mismatch, heldSeen   bool
-	verified, restoredOK bool
+	lostAt             time.Duration
+	since              time.Time
+	bound              time.Duration
+	mismatch, heldSeen bool
+	verified           bool
 }
 
 // loseKey starts a key loss when the world is ready for one: the operator
@@ -186,7 +186,7 @@ func (r *run) loseKey(ctx context.Context) episode {
 	// What the old operator did is checked under the old rules.
 	r.checkMutations()
 	k.lost = true
-	r.start()
+	r.start() //nolint:contextcheck // the operator lives as long as the run, not as the step that restarts it.
 	if r.keyID == k.oldKeyID {
 		r.t.Fatalf("seed %d: the operator kept the key %s after its Secret was deleted", r.plan.Seed, r.keyID)
 	}
@@ -254,7 +254,7 @@ func (k *keyEpisode) restore(ctx context.Context, r *run) {
 	if err := env.Client.Create(ctx, k.backup.DeepCopy()); err != nil {
 		r.t.Fatalf("restoring the key Secret: %v", err)
 	}
-	r.start()
+	r.start() //nolint:contextcheck // the operator lives as long as the run, not as the step that restarts it.
 	k.bound = r.paced(20, 30*time.Second, 2*time.Minute)
 	if r.keyID != k.oldKeyID {
 		r.violation("lostkey|keyid", "after the restore the operator holds the key %s, not the restored %s", r.keyID, k.oldKeyID)
@@ -359,6 +359,18 @@ func (r *run) hang(ctx context.Context) episode {
 	return h
 }
 
+// hangKeeps reports whether a lab VM is the running hang's orphan's, which
+// only garbage collection may remove: the script leaves it alone, so that
+// its going is GC's evidence.
+func (r *run) hangKeeps(vmid int) bool {
+	h, ok := r.episode.(*hangEpisode)
+	if !ok {
+		return false
+	}
+	conf, ok := r.lab.Sim.VMConfig(vmid)
+	return ok && strings.Contains(conf["description"], string(h.orphan.uid))
+}
+
 // hasVM reports whether a VM on the lab names the Proxy.
 func (r *run) hasVM(p *tracked) bool {
 	found := false
@@ -404,7 +416,7 @@ func (h *hangEpisode) advance(ctx context.Context, r *run) bool {
 	h.orphanGone = h.orphanGone || (h.orphaned && !r.hasVM(h.orphan))
 	if ph := r.providerHealth(ctx, pvelab.EntryName); ph != nil && ph.Status.LastCheckTime != nil {
 		// lastCheckTime has a resolution of one second.
-		h.checked = h.checked || ph.Status.LastCheckTime.Time.Sub(h.checkedAt) >= 2*time.Second
+		h.checked = h.checked || ph.Status.LastCheckTime.Sub(h.checkedAt) >= 2*time.Second
 	}
 	switch {
 	case h.readyAfter >= 1 && h.orphanGone && h.checked:
