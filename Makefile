@@ -206,6 +206,10 @@ bench: ## Measure the operator's API calls, convergence, CPU and RSS against the
 bench-proxy: ## Measure the forward proxy against tinyproxy and squid on loopback (installs them with apt-get when missing; ARGS='--rounds 1').
 	$(GO) run ./hack/benchproxy $(ARGS)
 
+.PHONY: bench-gateway
+bench-gateway: ## Measure the pool gateway in front of the forward proxy against that proxy reached directly and Apify's proxy-chain, on loopback, and session placement (installs nodejs and npm with apt-get and the pinned proxy-chain with npm when missing; ARGS='--rounds 1').
+	GO=$(GO) $(GO) run ./hack/benchproxy --gateway $(ARGS)
+
 # Targets that talk to a cluster use the current kubeconfig context and fail
 # at once, with a message, when kubectl or the cluster is missing.
 KUBECTL        ?= kubectl
@@ -252,12 +256,12 @@ CHART_FILES   := $(CHART)/files
 CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml
 
 .PHONY: chart-files
-chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts and dashboard from config/ into the chart (part of generate).
+chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts, dashboard and gateway PodMonitor from config/ into the chart (part of generate).
 	@rm -rf $(CHART_FILES) && mkdir -p $(CHART_FILES)/crds $(CHART_FILES)/rbac $(CHART_FILES)/monitoring
 	@cp config/crd/bases/*.yaml $(CHART_FILES)/crds/
 	@for f in $(CHART_RBAC); do cp config/rbac/$$f $(CHART_FILES)/rbac/; done
 	@cp config/manager/providers.yaml $(CHART_FILES)/providers.yaml
-	@cp config/prometheus/rules/prometheus_rule.yaml config/prometheus/dashboard/egress-proxies.json $(CHART_FILES)/monitoring/
+	@cp config/prometheus/rules/prometheus_rule.yaml config/prometheus/dashboard/egress-proxies.json config/prometheus/gateway_monitor.yaml $(CHART_FILES)/monitoring/
 
 # The chart is versioned with the operator: VERSION, when it is a release
 # (x.y.z), is the chart's version and appVersion.

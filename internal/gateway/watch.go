@@ -39,6 +39,9 @@ const (
 func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *Set, m *Metrics, log logr.Logger) {
 	var wg sync.WaitGroup
 	for _, pool := range pools {
+		// A pool whose list never comes (a name that does not exist) has
+		// no member from the start, and its gauge says so.
+		m.setMembers(pool, 0)
 		w := &poolWatch{pool: pool, name: published.ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
 			changed: make(chan struct{}, 1)}
 		selector := fields.OneTermEqualSelector("metadata.name", w.name).String()

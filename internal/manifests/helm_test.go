@@ -424,7 +424,7 @@ func TestChartPassesTheDefaultChecks(t *testing.T) {
 			var core [][]byte
 			for _, d := range mustRenderChart(t, tt.extra...) {
 				switch kindOf(t, d) {
-				case "ServiceMonitor", "PrometheusRule", "PodDisruptionBudget", "NetworkPolicy":
+				case "ServiceMonitor", "PodMonitor", "PrometheusRule", "PodDisruptionBudget", "NetworkPolicy":
 					// Checked by TestChartOptionalParts.
 				default:
 					core = append(core, d)
@@ -468,13 +468,14 @@ func TestChartLint(t *testing.T) {
 // TestChartFilesAreCopies: what the chart reads with .Files is a byte-for-
 // byte copy of config/ (make generate copies it; verify-generated fails when
 // it was not run): one source for the CRDs, the RBAC rules, the providers
-// configuration, the alerts and the dashboard.
+// configuration, the alerts, the dashboard and the gateways' PodMonitor.
 func TestChartFilesAreCopies(t *testing.T) {
 	root := repoRoot(t)
 	sources := map[string]string{
 		"files/providers.yaml":                  "config/manager/providers.yaml",
 		"files/monitoring/prometheus_rule.yaml": "config/prometheus/rules/prometheus_rule.yaml",
 		"files/monitoring/egress-proxies.json":  "config/prometheus/dashboard/egress-proxies.json",
+		"files/monitoring/gateway_monitor.yaml": "config/prometheus/gateway_monitor.yaml",
 		"files/rbac/role.yaml":                  "config/rbac/role.yaml",
 		"files/rbac/leader_election_role.yaml":  "config/rbac/leader_election_role.yaml",
 		"files/rbac/ownership_key_role.yaml":    "config/rbac/ownership_key_role.yaml",
@@ -599,6 +600,28 @@ func TestChartOptionalParts(t *testing.T) {
 		}
 		if diff := cmp.Diff(podLabels, at(sm, "spec", "selector", "matchLabels")); diff != "" {
 			t.Errorf("selector (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("gateway PodMonitor", func(t *testing.T) {
+		pm := get("PodMonitor", releaseNS, prefix+"gateway-metrics-monitor")
+		if got := at(pm, "metadata", "labels")["release"]; got != "kube-prometheus-stack" {
+			t.Errorf("label release = %v, want the values' kube-prometheus-stack", got)
+		}
+		// The spec is config/prometheus's, with the values' interval on
+		// each endpoint, and nothing else.
+		src, err := os.ReadFile(filepath.Join(repoRoot(t), "config", "prometheus", "gateway_monitor.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want object
+		if err := yaml.Unmarshal(src, &want); err != nil {
+			t.Fatal(err)
+		}
+		for _, ep := range as[[]any](t, at(want, "spec")["podMetricsEndpoints"]) {
+			as[map[string]any](t, ep)["interval"] = "15s"
+		}
+		if diff := cmp.Diff(at(want, "spec"), at(pm, "spec")); diff != "" {
+			t.Errorf("spec (-want +got):\n%s", diff)
 		}
 	})
 	t.Run("PrometheusRule", func(t *testing.T) {

@@ -55,9 +55,11 @@ func loopbackPort(t *testing.T) int {
 }
 
 // startPrometheus runs Debian's prometheus on loopback, scraping only the
-// operator's metrics on loopback every second and evaluating the alerts,
-// and returns its address.
-func startPrometheus(ctx context.Context, t *testing.T, target string) string {
+// operator's and the gateways' metrics on loopback every second and
+// evaluating the alerts, and returns its address. Each gateway's target has
+// the labels the gateway PodMonitor's relabelling gives a pod's
+// (config/prometheus/gateway_monitor.yaml).
+func startPrometheus(ctx context.Context, t *testing.T, target string, gateways ...*gatewayTarget) string {
 	t.Helper()
 	dir, _ := writeRules(t)
 	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
@@ -65,7 +67,15 @@ rule_files: [rules.yaml]
 scrape_configs:
 - job_name: egress-proxies-operator
   static_configs: [{targets: [%q]}]
+- job_name: egress-proxies-gateways
+  static_configs:
 `, target)
+	var b strings.Builder
+	b.WriteString(cfg)
+	for _, g := range gateways {
+		fmt.Fprintf(&b, "  - {targets: [%q], labels: {namespace: %q, gateway: %q, pod: %q}}\n", g.metrics, g.namespace, g.name, g.name+"-0")
+	}
+	cfg = b.String()
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -204,12 +214,14 @@ func alertQueries(t *testing.T) (exprs, selectors map[string]string) {
 }
 
 // TestPrometheusScrapesTheOperator runs the operator against the simulated
-// Proxmox VE world, with its metrics on loopback, and a real Prometheus
-// scraping them; the world does what the panels and alerts are about (a
-// pool, probes, a Failed Proxy, a vanished VM, a failed create, a probe that
-// fails, an orphan for garbage collection), and every dashboard query and
-// every series the alerts read must return data, every alert expression
-// evaluate, every rule be healthy.
+// Proxmox VE world, with its metrics on loopback, two gateways, and a real
+// Prometheus scraping them; the world does what the panels and alerts are
+// about (a pool, probes, a Failed Proxy, a vanished VM, a failed create, a
+// probe that fails, an orphan for garbage collection, traffic through a
+// gateway in front of the pool while a member stops, a gateway whose pool
+// does not exist), and every dashboard query and every series the alerts
+// read must return data, every alert expression evaluate, every rule be
+// healthy.
 func TestPrometheusScrapesTheOperator(t *testing.T) {
 	testenv.Need(t, env)
 	need(t, "prometheus")
@@ -253,7 +265,11 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = stop() })
-	prom := startPrometheus(ctx, t, metricsAddr)
+	// A gateway in front of the pool below, and one whose pool does not
+	// exist: it has no member (EgressProxiesGatewayNoMembers).
+	front := startGateway(ctx, t, ns.Name, "front", "crawl")
+	typo := startGateway(ctx, t, ns.Name, "typo", "no-such-pool")
+	prom := startPrometheus(ctx, t, metricsAddr, front, typo)
 
 	// The lab has a zone per node: a lone Proxy names one (a pool spreads).
 	spec := crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, Zone: lab.Zones[0], MachineType: pvelab.MachineType, Image: pvelab.Image}
@@ -326,6 +342,16 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 		}
 		return ready == 3, fmt.Sprintf("%d of 3 pool members Ready", ready)
 	})
+	// Traffic through the gateway from when it has the three members on:
+	// the member stopped below fails its requests at the gateway (failures,
+	// retries, an ejection) before the operator replaces it.
+	waitFor(ctx, t, 3*time.Minute, func() (bool, string) {
+		return front.set.Len() == 3, fmt.Sprintf("the gateway has %d of 3 members", front.set.Len())
+	})
+	traffic, stopTraffic := context.WithCancel(ctx)
+	sent := make(chan struct{})
+	go func() { defer close(sent); sendTraffic(traffic, front, echo.URL) }()
+	t.Cleanup(func() { stopTraffic(); <-sent })
 	lab.StopGuestProxy(vmOf(members.Items[0].Name))
 
 	// Every query returns data once the world has made it.
@@ -366,15 +392,6 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 	}
 	// The rules evaluate without error; the Failed Proxy has its alert
 	// pending (its for: is 5 minutes).
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+prom+"/api/v1/rules", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var rules struct {
 		Data struct {
 			Groups []struct {
@@ -386,7 +403,7 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 			} `json:"groups"`
 		} `json:"data"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&rules); err != nil {
+	if err := json.Unmarshal(httpGet(ctx, t, "http://"+prom+"/api/v1/rules"), &rules); err != nil {
 		t.Fatal(err)
 	}
 	for _, g := range rules.Data.Groups {
@@ -396,10 +413,21 @@ func TestPrometheusScrapesTheOperator(t *testing.T) {
 			}
 		}
 	}
-	waitFor(ctx, t, time.Minute, func() (bool, string) {
-		n, err := query(ctx, prom, `ALERTS{alertname="EgressProxiesProxiesFailed",alertstate="pending"}`)
-		return err == nil && n > 0, fmt.Sprintf("EgressProxiesProxiesFailed is not pending (%v)", err)
-	})
+	for _, a := range []string{
+		`ALERTS{alertname="EgressProxiesProxiesFailed",alertstate="pending"}`,
+		// Its for: is 5 minutes too.
+		`ALERTS{alertname="EgressProxiesGatewayNoMembers",alertstate="pending",gateway="typo"}`,
+	} {
+		waitFor(ctx, t, time.Minute, func() (bool, string) {
+			n, err := query(ctx, prom, a)
+			return err == nil && n > 0, fmt.Sprintf("%s has no series (%v)", a, err)
+		})
+	}
+	lintGatewayMetrics(t, front)
+	// The gateway in front of the pool has members: no alert of it.
+	if n, err := query(ctx, prom, `ALERTS{alertname="EgressProxiesGatewayNoMembers",gateway="front"}`); err != nil || n > 0 {
+		t.Errorf("EgressProxiesGatewayNoMembers for the gateway with members: %d series (%v)", n, err)
+	}
 }
 
 // waitFor polls cond until it holds, failing the test at timeout or when ctx

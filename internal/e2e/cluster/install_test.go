@@ -210,6 +210,9 @@ func TestShippedInstall(t *testing.T) {
 	t.Run("gateway in front of the pool", func(t *testing.T) {
 		gatewayFront(t, c, cl, target)
 	})
+	t.Run("kubectl egress", func(t *testing.T) {
+		kubectlEgress(t, c, cl, target)
+	})
 	t.Run("metrics endpoint", func(t *testing.T) {
 		metricsEndpoint(t, c, cl)
 	})

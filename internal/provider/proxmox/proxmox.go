@@ -61,10 +61,14 @@ type Provider struct {
 	// unverified are the VMs the latest ListByTag saw with this
 	// installation's mark and a signature that fails.
 	unverified []provider.Instance
-	addrs      map[int]addrEntry    // by VMID: the agent's address of a running VM
-	tasks      map[string]pending   // by name: the task a Create or Delete waits for
-	done       map[string]bool      // by name/step: steps finished in this process
-	waits      map[string]time.Time // by name/what: since when something is waited for
+	addrs      map[int]addrEntry  // by VMID: the agent's address of a running VM
+	tasks      map[string]pending // by name: the task a Create or Delete waits for
+	// taskEnds are, by UPID, the exit statuses of tasks in flight that a
+	// node's task list showed ended: an end is final, so it serves every
+	// later look, and the next list need not reach back to the task.
+	taskEnds map[string]string
+	done     map[string]bool      // by name/step: steps finished in this process
+	waits    map[string]time.Time // by name/what: since when something is waited for
 
 	// creating holds, by name, the VMs this process cloned and whose Create
 	// has not returned their ID yet. Until the clone ends such a VM is
@@ -169,8 +173,8 @@ func New(o Options) (*Provider, error) {
 		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
-		nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
-		creating:  map[string]creatingVM{}, seeds: map[int]seedState{},
+		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
+		creating: map[string]creatingVM{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
 	p.started = p.now()
@@ -377,7 +381,9 @@ func (p *Provider) waitedSince(key string) time.Duration {
 func (p *Provider) clearName(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.tasks, name)
+	if t, ok := p.tasks[name]; ok {
+		p.dropTask(name, t)
+	}
 	delete(p.creating, name)
 	for k := range p.done {
 		if strings.HasPrefix(k, name+"/") {
@@ -408,22 +414,34 @@ func (p *Provider) setPending(name string, t pending) {
 	p.mu.Unlock()
 }
 
-// taskSkew is how far a node's clock may be behind ours: the task list is
-// read from the oldest task in flight less this.
+// taskSkew is how far a node's clock may be behind ours: a task whose
+// UPID does not give its start time is listed from when it was recorded
+// less this.
 const taskSkew = time.Minute
 
+// taskListOverlap is how much earlier than the oldest task still running
+// a node's task list starts: the start times are whole seconds.
+const taskListOverlap = time.Second
+
 // taskState is the state of a task this process started at or before at:
-// from its node's task list, read at most once per poll interval and
-// shared by the tasks of all the instances in flight on the node, after at;
-// or, when the list does not have it (longer than the list, a clock
-// further off than taskSkew) or cannot be read, from the task's own status.
+// from an earlier task list that showed it ended; from its node's task
+// list, read at most once per poll interval and shared by the tasks of all
+// the instances in flight on the node, after at; or, when the list does not
+// have it (longer than the list) or cannot be read, from the task's own
+// status.
 func (p *Provider) taskState(ctx context.Context, ref taskRef, at time.Time) (TaskStatus, time.Time, error) {
+	p.mu.Lock()
+	exit, ended := p.taskEnds[ref.upid]
+	p.mu.Unlock()
+	if ended {
+		return TaskStatus{Status: "stopped", ExitStatus: exit}, p.now(), nil
+	}
 	p.listMu.Lock()
 	s, ok := p.nodeTasks[ref.node]
 	if !ok {
 		node := ref.node
 		s = sharedread.New(func(ctx context.Context) ([]TaskEntry, error) {
-			return p.api.tasks(ctx, node, p.oldestTask(node).Add(-taskSkew).Unix())
+			return p.readTasks(ctx, node)
 		}, sharedread.Options{Now: p.now})
 		p.nodeTasks[ref.node] = s
 	}
@@ -463,20 +481,103 @@ func (p *Provider) untilNextListing(read time.Time) time.Duration {
 	return min(max(d, p.poll()/10), p.poll())
 }
 
-// oldestTask is when the oldest task in flight on node was recorded (now
-// when there is none).
-func (p *Provider) oldestTask(node string) time.Time {
+// dropTask forgets the task t that name waited for, and the ends lists
+// showed of its tasks. p.mu must be held.
+func (p *Provider) dropTask(name string, t pending) {
+	delete(p.tasks, name)
+	delete(p.taskEnds, t.upid)
+	for _, ref := range t.more {
+		delete(p.taskEnds, ref.upid)
+	}
+}
+
+// readTasks reads node's task list from the start of the oldest task in
+// flight there that no list showed ended yet, and records the ends of the
+// tasks in flight it shows. So a list reaches back only as far as the
+// longest task still running, not to every task since the first of a
+// create phase: its size follows the tasks in flight, not the fleet.
+func (p *Provider) readTasks(ctx context.Context, node string) ([]TaskEntry, error) {
+	list, err := p.api.tasks(ctx, node, p.taskListSince(node))
+	if err != nil {
+		return nil, err
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	oldest := p.now()
+	inFlight := p.tasksInFlight()
+	for _, e := range list {
+		if e.Status != "" && inFlight[e.UPID] {
+			p.taskEnds[e.UPID] = e.Status
+		}
+	}
+	// Ends of tasks no longer waited for go: the map stays as small as the
+	// tasks in flight.
+	for upid := range p.taskEnds {
+		if !inFlight[upid] {
+			delete(p.taskEnds, upid)
+		}
+	}
+	return list, nil
+}
+
+// tasksInFlight are the UPIDs of the tasks a Create or Delete waits for.
+// p.mu must be held.
+func (p *Provider) tasksInFlight() map[string]bool {
+	out := make(map[string]bool, len(p.tasks))
 	for _, t := range p.tasks {
-		for _, ref := range append([]taskRef{{node: t.node}}, t.more...) {
-			if ref.node == node && t.at.Before(oldest) {
-				oldest = t.at
+		out[t.upid] = true
+		for _, ref := range t.more {
+			out[ref.upid] = true
+		}
+	}
+	return out
+}
+
+// taskListSince is where node's next task list starts (Unix seconds, the
+// node's clock): the start time in the UPID (F16) of the oldest task in
+// flight on node whose end no list showed, less taskListOverlap; for a
+// UPID without a start time, when the task was recorded less taskSkew.
+// Without such a task, now less taskSkew.
+func (p *Provider) taskListSince(node string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	since, found := int64(0), false
+	for _, t := range p.tasks {
+		for _, ref := range append([]taskRef{{node: t.node, upid: t.upid}}, t.more...) {
+			if ref.node != node {
+				continue
+			}
+			if _, ended := p.taskEnds[ref.upid]; ended {
+				continue
+			}
+			start, ok := upidStart(ref.upid)
+			if ok {
+				start -= int64(taskListOverlap / time.Second)
+			} else {
+				start = t.at.Add(-taskSkew).Unix()
+			}
+			if !found || start < since {
+				since, found = start, true
 			}
 		}
 	}
-	return oldest
+	if !found {
+		return p.now().Add(-taskSkew).Unix()
+	}
+	return since
+}
+
+// upidStart returns the start time in a UPID (F16:
+// UPID:<node>:<pid>:<pstart>:<starttime hex 8>:<type>:<id>:<user>!<tokenid>:).
+func upidStart(upid string) (int64, bool) {
+	parts := strings.Split(upid, ":")
+	if len(parts) < 9 || parts[0] != "UPID" {
+		return 0, false
+	}
+	start, err := strconv.ParseInt(parts[4], 16, 64)
+	if err != nil || start <= 0 {
+		return 0, false
+	}
+	return start, true
 }
 
 // checkPending looks at the task recorded for name. It returns nil when
@@ -501,7 +602,7 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 				// The task is unknown (the node restarted?): forget it and
 				// judge from what the API shows.
 				p.mu.Lock()
-				delete(p.tasks, name)
+				p.dropTask(name, t)
 				p.mu.Unlock()
 				return nil
 			}
@@ -518,14 +619,14 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 		}
 		if !st.OK() {
 			p.mu.Lock()
-			delete(p.tasks, name)
+			p.dropTask(name, t)
 			p.mu.Unlock()
 			logr.FromContextOrDiscard(ctx).Info("proxmox task failed", "task", t.kind, "node", ref.node, "vmid", t.vmid, "upid", ref.upid, "exitstatus", st.ExitStatus)
 			return provider.NewTransient(fmt.Errorf("%s task on node %s failed: %s", t.kind, ref.node, st.ExitStatus))
 		}
 	}
 	p.mu.Lock()
-	delete(p.tasks, name)
+	p.dropTask(name, t)
 	p.done[name+"/"+t.kind] = true
 	p.changed[name] = p.now()
 	p.mu.Unlock()

@@ -384,19 +384,9 @@ func TestListenAddresses(t *testing.T) {
 // and is started on the prefix's first address plus its VMID modulo the
 // prefix's size, not on loopback.
 func TestGuestNetwork(t *testing.T) {
-	rr := &recordingRunner{}
 	cfg := testConfig()
 	cfg.GuestNetwork = "198.51.100.8/29"
-	sim, err := New(cfg, WithGuestRunner(rr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, err := sim.Serve(context.Background(), ServeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sim.Close() })
-	h := &harness{t: t, sim: sim, url: u, hc: &http.Client{Timeout: 10 * time.Second}}
+	h, rr := runnerHarness(t, cfg)
 	h.cloneAndWait(301, nil)
 	h.startAndWait(301)
 	const want = "198.51.100.13" // 8 + 301 % 8
@@ -444,11 +434,10 @@ func (r *recordingRunner) snapshot() []string {
 	return append([]string(nil), r.events...)
 }
 
-// TestGuestRunnerSeam: the runner hears start (with address and seed path)
-// and stop.
-func TestGuestRunnerSeam(t *testing.T) {
+// runnerHarness serves a simulator of cfg whose guest runner records.
+func runnerHarness(t *testing.T, cfg Config) (*harness, *recordingRunner) {
+	t.Helper()
 	rr := &recordingRunner{}
-	cfg := testConfig()
 	sim, err := New(cfg, WithGuestRunner(rr))
 	if err != nil {
 		t.Fatal(err)
@@ -458,7 +447,14 @@ func TestGuestRunnerSeam(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sim.Close() })
-	h := &harness{t: t, sim: sim, url: u, hc: &http.Client{Timeout: 10 * time.Second}}
+	return &harness{t: t, sim: sim, url: u, hc: &http.Client{Timeout: 10 * time.Second}}, rr
+}
+
+// TestGuestRunnerSeam: the runner hears start (with address and seed path)
+// and stop.
+func TestGuestRunnerSeam(t *testing.T) {
+	cfg := testConfig()
+	h, rr := runnerHarness(t, cfg)
 	h.cloneAndWait(301, nil)
 	h.waitTask(h.upload(opToken, opSecret, "seeds", "s.iso", []byte("seed")).dataString(t))
 	h.ok(http.MethodPut, "/nodes/pve1/qemu/301/config", url.Values{"ide2": {"seeds:iso/s.iso,media=cdrom"}})
