@@ -32,6 +32,28 @@ const (
 	// before the first listing of the entry, and for provider types that
 	// cannot tell (docs/security.md).
 	ConditionOwnershipKey = "OwnershipKey"
+	// ConditionEgressPolicyCurrent is the Proxy condition that says whether
+	// its instance enforces the provider entry's current egress policy: an
+	// instance is configured once, when it is made, so a changed
+	// egressPolicy reaches only instances made after the change. It is
+	// absent while the Proxy has no instance.
+	ConditionEgressPolicyCurrent = "EgressPolicyCurrent"
+)
+
+// Reasons of the Proxy EgressPolicyCurrent condition.
+const (
+	// ReasonCurrentEgressPolicy (True): the instance was made with the
+	// entry's current egress policy.
+	ReasonCurrentEgressPolicy = "CurrentEgressPolicy"
+	// ReasonOlderEgressPolicy (False): the instance was made with an older
+	// egress policy of the entry and still enforces it; delete and re-create
+	// the Proxy to apply the current one (a ProxyPool replaces its members
+	// by itself).
+	ReasonOlderEgressPolicy = "OlderEgressPolicy"
+	// ReasonEgressPolicyUnrecorded (Unknown): the instance was made before
+	// the operator recorded the policy (status.egressPolicyHash), so
+	// whether it enforces the current one is unknown.
+	ReasonEgressPolicyUnrecorded = "EgressPolicyUnrecorded"
 )
 
 // Reasons of the Proxy Serving condition.

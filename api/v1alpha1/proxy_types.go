@@ -190,6 +190,14 @@ type ProxyStatus struct {
 	// +optional
 	InstanceCreationTime *metav1.Time `json:"instanceCreationTime,omitempty"`
 
+	// egressPolicyHash identifies the provider entry's egress policy the
+	// current instance was made with. An instance keeps the policy it was
+	// made with: when the entry's policy changes, the condition
+	// EgressPolicyCurrent turns False. Empty for instances made before the
+	// operator recorded it.
+	// +optional
+	EgressPolicyHash string `json:"egressPolicyHash,omitempty"`
+
 	// readyTime is when the current instance first became Ready.
 	// +optional
 	ReadyTime *metav1.Time `json:"readyTime,omitempty"`

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -118,35 +120,52 @@ func (g *GarbageCollector) endedDeletingNow(entry string, id provider.ID) {
 // NeedLeaderElection makes only the leader collect.
 func (g *GarbageCollector) NeedLeaderElection() bool { return true }
 
-// Start runs a pass every Interval until ctx is done.
+// Start collects every entry on its own loop, a pass every Interval, until
+// ctx is done: an entry whose provider hangs or is slow delays only its own
+// next pass (its calls end by their deadlines, set per operation in the
+// entry), never another entry's.
 func (g *GarbageCollector) Start(ctx context.Context) error {
-	interval := g.interval()
 	if g.Log.GetSink() != nil {
 		ctx = logr.NewContext(ctx, g.Log)
 	}
+	var wg sync.WaitGroup
+	for _, name := range slices.Sorted(maps.Keys(g.Providers)) {
+		wg.Go(func() { g.loop(ctx, name) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop runs the entry's passes until ctx is done.
+func (g *GarbageCollector) loop(ctx context.Context, name string) {
 	log := ctrl.LoggerFrom(ctx).WithName("gc")
-	t := time.NewTicker(interval)
+	t := time.NewTicker(g.interval())
 	defer t.Stop()
 	for {
-		if _, err := g.RunOnce(ctx); err != nil {
-			log.Error(err, "garbage collection pass failed; retrying at the next interval")
+		if _, err := g.RunEntry(ctx, name); err != nil && ctx.Err() == nil {
+			log.Error(err, "garbage collection pass failed; retrying at the next interval", "provider", name)
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-t.C:
 		}
 	}
 }
 
-// RunOnce runs one pass over every entry, the entries side by side, each
-// within the interval, and returns how many instances it deleted. An entry
-// whose listing fails (or passes the deadline) is skipped for this pass. Entries
-// whose provider is a provider.Sweeper are then swept of what their deleted
-// instances left behind (seeds), before their instances are listed: what
-// this pass's deletions leave is swept at the next pass, once the deletes
-// finished.
-func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
+// RunEntry runs one pass over one entry and returns how many instances it
+// deleted; see RunOnce.
+func (g *GarbageCollector) RunEntry(ctx context.Context, name string) (int, error) {
+	now, grace := g.clock()
+	alive, err := g.owners(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return g.collect(ctx, name, alive, now, grace)
+}
+
+// clock returns the clock and the grace period, defaulted.
+func (g *GarbageCollector) clock() (func() time.Time, time.Duration) {
 	now, grace := time.Now, g.GracePeriod
 	if g.Now != nil {
 		now = g.Now
@@ -154,26 +173,41 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 	if grace == 0 {
 		grace = DefaultGCGracePeriod
 	}
+	return now, grace
+}
 
-	// The owners are listed before the instances: a Proxy created after this
-	// listing has an instance younger than the grace period.
+// owners lists the UIDs of every Proxy. They are listed before the
+// instances: a Proxy created after this listing has an instance younger
+// than the grace period.
+func (g *GarbageCollector) owners(ctx context.Context) (map[string]bool, error) {
 	owners := &metav1.PartialObjectMetadataList{}
 	owners.SetGroupVersionKind(crawlv1alpha1.GroupVersion.WithKind("ProxyList"))
 	if err := g.Reader.List(ctx, owners); err != nil {
-		return 0, fmt.Errorf("listing proxies: %w", err)
+		return nil, fmt.Errorf("listing proxies: %w", err)
 	}
 	alive := make(map[string]bool, len(owners.Items))
 	for _, o := range owners.Items {
 		alive[string(o.UID)] = true
 	}
+	return alive, nil
+}
 
-	names := make([]string, 0, len(g.Providers))
-	for n := range g.Providers {
-		names = append(names, n)
+// RunOnce runs one pass over every entry, the entries side by side, and
+// returns how many instances it deleted. An entry whose listing fails (or
+// passes its deadline) is skipped for this pass. Entries
+// whose provider is a provider.Sweeper are then swept of what their deleted
+// instances left behind (seeds), before their instances are listed: what
+// this pass's deletions leave is swept at the next pass, once the deletes
+// finished.
+func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
+	now, grace := g.clock()
+	alive, err := g.owners(ctx)
+	if err != nil {
+		return 0, err
 	}
-	sort.Strings(names)
-	// Each entry is collected on its own, under its own deadline: one whose
-	// provider hangs holds up neither the others nor the next pass.
+	names := slices.Sorted(maps.Keys(g.Providers))
+	// Each entry is collected on its own: one whose provider hangs holds up
+	// none of the others.
 	type result struct {
 		deleted int
 		err     error
@@ -182,9 +216,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 	var wg sync.WaitGroup
 	for i, name := range names {
 		wg.Go(func() {
-			ectx, cancel := context.WithTimeout(ctx, g.interval())
-			defer cancel()
-			results[i].deleted, results[i].err = g.collect(ectx, name, alive, now, grace)
+			results[i].deleted, results[i].err = g.collect(ctx, name, alive, now, grace)
 		})
 	}
 	wg.Wait()
@@ -199,8 +231,7 @@ func (g *GarbageCollector) RunOnce(ctx context.Context) (int, error) {
 	return deleted, firstErr
 }
 
-// interval returns the time between passes, defaulted; it is also the
-// deadline of one entry's part of a pass.
+// interval returns the time between two passes of an entry, defaulted.
 func (g *GarbageCollector) interval() time.Duration {
 	if g.Interval == 0 {
 		return DefaultGCInterval

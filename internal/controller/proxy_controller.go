@@ -237,6 +237,9 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return res, nil
 	}
 	obs.probing, obs.probeThreshold = r.Prober != nil, r.ProbeFailureThreshold
+	if e := r.Config.Entry(p.Spec.Provider); e != nil {
+		obs.policy = entryPolicy{entry: e.Name, hash: egressPolicyHash(e.EgressPolicy)}
+	}
 	p.Status = computeProxyStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
 	r.trackCreate(req.NamespacedName, &p)
 	if err := r.patchStatus(ctx, before, &p); err != nil {

@@ -288,6 +288,7 @@ func (r *ProxyReconciler) create(ctx context.Context, p *crawlv1alpha1.Proxy, pr
 	p.Status.InstanceID = string(id)
 	p.Status.InstanceName = req.Name
 	p.Status.InstanceCreationTime = &now
+	p.Status.EgressPolicyHash = egressPolicyHash(pl.Entry.EgressPolicy)
 	p.Status.ReadyTime = nil
 	ctrl.LoggerFrom(ctx).Info("instance created", "instanceID", id, "instanceName", req.Name)
 	r.event(p, corev1.EventTypeNormal, eventCreated, "Create", "Created instance %s (%s) on provider %s", id, req.Name, pl.Entry.Name)

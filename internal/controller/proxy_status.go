@@ -67,6 +67,9 @@ type observation struct {
 	// nextProbe: when waiting on a Ready instance, the next probe is due
 	// this soon (zero: no probe scheduled); the look comes no later.
 	nextProbe time.Duration
+	// policy is the entry's current egress policy, for the
+	// EgressPolicyCurrent condition.
+	policy entryPolicy
 }
 
 // computeStatus derives the Proxy's phase, Ready condition, node, address and
@@ -223,10 +226,11 @@ func computeStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, 
 
 // computeProxyStatus is the whole status of one reconcile: the phase and
 // Ready condition (computeStatus), then the Serving condition and probe
-// fields, which depend on them.
+// fields, which depend on them, and the EgressPolicyCurrent condition.
 func computeProxyStatus(prev crawlv1alpha1.ProxyStatus, obs observation, port int32, generation int64, now time.Time) crawlv1alpha1.ProxyStatus {
 	s := computeStatus(prev, obs, port, generation, now)
 	computeServing(&s, obs, generation, now)
+	computePolicyCurrent(&s, obs, generation, now)
 	return s
 }
 

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -135,9 +134,8 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	// adds nothing, so that hashes made before it counted stay.)
 	for i := range slots {
 		if e := r.Config.Entry(slots[i].entry.Provider); e != nil && !e.EgressPolicy.IsZero() {
-			b, _ := json.Marshal(e.EgressPolicy) //nolint:errchkjson // prefixes and port ranges always marshal.
 			h := fnv.New32a()
-			_, _ = h.Write(append([]byte(slots[i].hash), b...))
+			_, _ = h.Write(append([]byte(slots[i].hash), policyBytes(e.EgressPolicy)...))
 			slots[i].hash = hex.EncodeToString(h.Sum(nil))
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,10 +33,22 @@ import (
 type tracked struct {
 	name string
 	uid  types.UID
+	// entry is the provider entry it asked for.
+	entry string
+	// createdAt is when the run created it, readyAt when it was first seen
+	// Ready (zero before); reason is its Ready condition's latest reason.
+	createdAt, readyAt time.Time
+	reason             string
+	// createdWhileLost: created while the ownership key was lost, so held.
+	createdWhileLost bool
 	// deleted: the run asked for its deletion; gone: the API server no
 	// longer has it, since the operator had run goneAt in all.
 	deleted, gone bool
 	goneAt        time.Duration
+	// goneWhileLost: it went while the ownership key was lost, so its leak
+	// deadline counts from the key's restore (its instance is nobody's
+	// until then).
+	goneWhileLost bool
 	replacements  int32
 	// instances are the instance names its status has shown (its seeds
 	// are named after them).
@@ -50,9 +63,10 @@ type run struct {
 	plan plan
 	rng  *rand.Rand
 
-	proxies  map[string]*tracked
-	foreign  map[int]string // VMID: class
-	mutSeen  int
+	proxies map[string]*tracked
+	foreign map[int]string // VMID on the lab: class
+	// mutSeen counts the mutations checked, per cluster (clusters()).
+	mutSeen  []int
 	seen     map[string]bool // events and statuses already captured
 	undo     []undo
 	step     int
@@ -61,15 +75,27 @@ type run struct {
 	faults                     map[string]int
 	created, deleted, provoked int
 	duplicates, leaks, touches int
-	secretsFound               int
-	vanishedInCreate           map[string]bool
-	sweepBound                 map[string]bool
-	copies                     int
-	polls                      int
-	violations                 []string
-	violationSeen              map[string]bool
-	maxVMsOfOne                int
-	wallStarted                time.Time
+	// keyLossMutations counts the operator's mutations on the lab while its
+	// key was lost (all must be 0).
+	keyLossMutations int
+	secretsFound     int
+	vanishedInCreate map[string]bool
+	sweepBound       map[string]bool
+	copies           int
+	polls            int
+	violations       []string
+	violationSeen    map[string]bool
+	maxVMsOfOne      int
+	wallStarted      time.Time
+
+	// The planned episodes (episodes_test.go): the one running, and how
+	// many of each kind ran to their end.
+	episode          episode
+	hangs, keyLosses int
+	orphans          int
+	// hangTook is the longest a hang's evidence took, hangBound its
+	// latest bound.
+	hangTook, hangBound time.Duration
 }
 
 // undo is a fault lifted a few steps after it was set (a node back, a
@@ -98,7 +124,7 @@ func TestChaos(t *testing.T) {
 	r.foreign = r.placeOtherInstallation(context.Background(), 3)
 	// The other installation's calls used the same token: the check starts
 	// after them.
-	r.mutSeen = len(r.lab.Sim.Mutations())
+	r.mutSeen = []int{len(r.lab.Sim.Mutations()), len(r.hung.Sim.Mutations())}
 	for vmid, class := range placeForeign(t, r.lab.Sim, r.rng) {
 		r.foreign[vmid] = class
 	}
@@ -120,7 +146,7 @@ func (r *run) drive() {
 	step := time.NewTicker(r.plan.Step)
 	defer step.Stop()
 	// A bound against a hang, not a speed goal: a 50-Proxy run takes 40 s
-	// to 2.5 min on two shared cores.
+	// to 2.5 min on two shared cores, episodes included.
 	deadline := time.NewTimer(time.Duration(r.plan.Proxies) * 12 * time.Second)
 	defer deadline.Stop()
 	for {
@@ -131,7 +157,7 @@ func (r *run) drive() {
 			r.check(ctx)
 		case <-step.C:
 			r.act(ctx)
-			if r.created == r.plan.Proxies && r.live() == 0 {
+			if r.created >= r.plan.Proxies && r.live() == 0 && r.episode == nil {
 				return
 			}
 		}
@@ -162,15 +188,21 @@ func (r *run) act(ctx context.Context) {
 	}
 	r.undo = kept
 
+	r.advanceEpisode(ctx)
 	// The operator: killed at a random point, back one to three steps
-	// later.
-	if r.up() && r.rng.Float64() < r.plan.Restart {
+	// later; not while a provider hangs, since a restart ends the hung
+	// calls.
+	if r.up() && r.rng.Float64() < r.plan.Restart && !r.hanging() {
 		r.kill()
 		back := r.step + 1 + r.rng.IntN(3)
 		r.undo = append(r.undo, undo{at: back, fn: r.start})
 	}
 	if r.created < r.plan.Proxies && r.live() < r.plan.MaxLive && r.rng.Float64() < 0.6 {
-		r.create(ctx)
+		if r.rng.Float64() < 0.1 {
+			r.lab.Sim.AgentNeverStartsNext(1)
+			r.faults["agent never up"]++
+		}
+		r.create(ctx, pvelab.EntryName)
 	}
 	if r.rng.Float64() < 0.12 {
 		r.replace()
@@ -179,7 +211,7 @@ func (r *run) act(ctx context.Context) {
 	if r.live() > 0 && (r.rng.Float64() < 0.25 || (r.created == r.plan.Proxies && r.rng.Float64() < 0.5)) {
 		r.remove(ctx)
 	}
-	if r.rng.Float64() < r.plan.Fault {
+	if r.rng.Float64() < r.plan.Fault && !r.hanging() {
 		r.fault()
 	}
 	if r.rng.Float64() < 0.03 {
@@ -187,21 +219,20 @@ func (r *run) act(ctx context.Context) {
 	}
 }
 
-// create creates the next Proxy; one in ten gets a VM whose agent never
-// comes up (the next clone, whichever Proxy's it is).
-func (r *run) create(ctx context.Context) {
+// create creates the next Proxy on the entry; the script's creates give
+// one in ten a VM whose agent never comes up (the next clone, whichever
+// Proxy's it is).
+func (r *run) create(ctx context.Context, entry string) *tracked {
 	name := fmt.Sprintf("egress-%03d", r.created)
-	if r.rng.Float64() < 0.1 {
-		r.lab.Sim.AgentNeverStartsNext(1)
-		r.faults["agent never up"]++
-	}
 	p := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: name},
-		Spec: crawlv1alpha1.ProxySpec{Provider: pvelab.EntryName, MachineType: pvelab.MachineType, Image: pvelab.Image}}
+		Spec: crawlv1alpha1.ProxySpec{Provider: entry, MachineType: pvelab.MachineType, Image: pvelab.Image}}
 	if err := env.Client.Create(ctx, p); err != nil {
 		r.t.Fatal(err)
 	}
-	r.proxies[name] = &tracked{name: name, uid: p.UID, instances: map[string]bool{}}
+	tr := &tracked{name: name, uid: p.UID, entry: entry, createdAt: time.Now(), createdWhileLost: r.keyLost(), instances: map[string]bool{}}
+	r.proxies[name] = tr
 	r.created++
+	return tr
 }
 
 // replace stops or removes, behind the operator's back, the VM of a Proxy
@@ -209,7 +240,7 @@ func (r *run) create(ctx context.Context) {
 func (r *run) replace() {
 	var vmids []int
 	for _, vm := range r.lab.Sim.VMs() {
-		if _, foreign := r.foreign[vm.VMID]; !foreign && !vm.Template && vm.Lock == "" {
+		if _, foreign := r.foreign[vm.VMID]; !foreign && !vm.Template && vm.Lock == "" && !r.hangKeeps(vm.VMID) {
 			vmids = append(vmids, vm.VMID)
 		}
 	}
@@ -217,7 +248,9 @@ func (r *run) replace() {
 		return
 	}
 	vmid := vmids[r.rng.IntN(len(vmids))]
-	if r.rng.Float64() < 0.5 {
+	// While the key is lost the old fleet stays: with none of it left, a
+	// lost key looks like a fresh install (docs/security.md).
+	if r.rng.Float64() < 0.5 || r.keyLost() {
 		if r.lab.Sim.Crash(vmid) {
 			r.provoked++
 		}
@@ -406,6 +439,12 @@ func (r *run) observeProxies(ctx context.Context) {
 			tr.instances[p.Status.InstanceName] = true
 		}
 		tr.replacements = max(tr.replacements, p.Status.Replacements)
+		if c := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionReady); c != nil {
+			tr.reason = c.Reason
+		}
+		if p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && tr.readyAt.IsZero() {
+			tr.readyAt = time.Now()
+		}
 		if key := "status|" + p.Name + "|" + p.ResourceVersion; !r.seen[key] {
 			r.seen[key] = true
 			b, _ := json.Marshal(p.Status)
@@ -414,7 +453,7 @@ func (r *run) observeProxies(ctx context.Context) {
 	}
 	for _, tr := range r.proxies {
 		if tr.deleted && !tr.gone && !present[tr.name] {
-			tr.gone, tr.goneAt = true, r.operatorUptime()
+			tr.gone, tr.goneAt, tr.goneWhileLost = true, r.operatorUptime(), r.keyLost()
 		}
 	}
 }
@@ -449,7 +488,33 @@ func (r *run) observeSecretsAndEvents(ctx context.Context) {
 	}
 }
 
-// checkVMs: never two VMs for one Proxy.
+// cluster is one simulated cluster of the run: the lab, where every fault
+// but the hang plays and every foreign VM is, or the cluster of hungEntry.
+type cluster struct {
+	name    string
+	sim     *pvesim.Sim
+	foreign map[int]string
+}
+
+// clusters are the run's clusters, the lab first.
+func (r *run) clusters() []cluster {
+	return []cluster{{pvelab.EntryName, r.lab.Sim, r.foreign}, {hungEntry, r.hung.Sim, nil}}
+}
+
+// ourVMs calls fn with each VM of the cluster that is not foreign and not a
+// template, and its configuration.
+func (c cluster) ourVMs(fn func(vm pvesim.VMInfo, conf map[string]string)) {
+	for _, vm := range c.sim.VMs() {
+		if _, foreign := c.foreign[vm.VMID]; foreign || vm.Template {
+			continue
+		}
+		if conf, ok := c.sim.VMConfig(vm.VMID); ok {
+			fn(vm, conf)
+		}
+	}
+}
+
+// checkVMs: never two VMs for one Proxy, on one cluster or across both.
 func (r *run) checkVMs() {
 	uids := make([]types.UID, 0, len(r.proxies))
 	byUID := map[types.UID]*tracked{}
@@ -459,23 +524,18 @@ func (r *run) checkVMs() {
 			byUID[p.uid] = p
 		}
 	}
-	vmsOf := map[types.UID][]int{}
-	for _, vm := range r.lab.Sim.VMs() {
-		if _, foreign := r.foreign[vm.VMID]; foreign || vm.Template {
-			continue
-		}
-		conf, ok := r.lab.Sim.VMConfig(vm.VMID)
-		if !ok {
-			continue
-		}
-		if uid, ok := uidOf(conf["description"], uids); ok {
-			vmsOf[uid] = append(vmsOf[uid], vm.VMID)
-		}
+	vmsOf := map[types.UID][]string{}
+	for _, c := range r.clusters() {
+		c.ourVMs(func(vm pvesim.VMInfo, conf map[string]string) {
+			if uid, ok := uidOf(conf["description"], uids); ok {
+				vmsOf[uid] = append(vmsOf[uid], fmt.Sprintf("%s/%d", c.name, vm.VMID))
+			}
+		})
 	}
 	for uid, vmids := range vmsOf {
 		r.maxVMsOfOne = max(r.maxVMsOfOne, len(vmids))
 		if len(vmids) > 1 {
-			sort.Ints(vmids)
+			sort.Strings(vmids)
 			if r.violation(fmt.Sprintf("dup|%s|%v", uid, vmids), "duplicate: Proxy %s has %d VMs at once: %v", byUID[uid].name, len(vmids), vmids) {
 				r.duplicates++
 			}
@@ -484,26 +544,38 @@ func (r *run) checkVMs() {
 }
 
 // checkMutations: no mutating call of the operator names a foreign VM (or
-// creates one onto a foreign VMID).
+// creates one onto a foreign VMID); and while the ownership key is lost, the
+// operator changes nothing on the lab, whose fleet the key no longer
+// verifies: nothing created (no second fleet), nothing of the old one
+// touched.
 func (r *run) checkMutations() {
-	all := r.lab.Sim.Mutations()
-	for i, m := range all[r.mutSeen:] {
-		if m.Token != r.tokenID {
-			continue
-		}
-		class, foreign := r.foreign[m.VMID]
-		if !foreign && m.NewID != 0 {
-			if c, ok := r.foreign[m.NewID]; ok && m.Status == http.StatusOK {
-				class, foreign = c, true
+	for ci, c := range r.clusters() {
+		all := c.sim.Mutations()
+		lost := r.keyLost() && c.name == pvelab.EntryName
+		for i, m := range all[r.mutSeen[ci]:] {
+			if m.Token != r.tokenID {
+				continue
+			}
+			if lost {
+				if r.violation(fmt.Sprintf("lostkey|%d", r.mutSeen[ci]+i), "mutation on %s while the ownership key was lost: %s %s (VM %d), answered %d",
+					c.name, m.Method, m.Path, m.VMID, m.Status) {
+					r.keyLossMutations++
+				}
+			}
+			class, foreign := c.foreign[m.VMID]
+			if !foreign && m.NewID != 0 {
+				if cl, ok := c.foreign[m.NewID]; ok && m.Status == http.StatusOK {
+					class, foreign = cl, true
+				}
+			}
+			if foreign {
+				if r.violation(fmt.Sprintf("touch|%d", r.mutSeen[ci]+i), "foreign VM touched: %s %s (VM %d, %s), answered %d", m.Method, m.Path, m.VMID, class, m.Status) {
+					r.touches++
+				}
 			}
 		}
-		if foreign {
-			if r.violation(fmt.Sprintf("touch|%d", r.mutSeen+i), "foreign VM touched: %s %s (VM %d, %s), answered %d", m.Method, m.Path, m.VMID, class, m.Status) {
-				r.touches++
-			}
-		}
+		r.mutSeen[ci] = len(all)
 	}
-	r.mutSeen = len(all)
 }
 
 // checkLeaks: once the operator has run leakUptime since a Proxy went,
@@ -512,7 +584,7 @@ func (r *run) checkLeaks() {
 	now := r.operatorUptime()
 	var due []*tracked
 	for _, p := range r.proxies {
-		if p.gone && now-p.goneAt >= leakUptime {
+		if p.gone && !p.goneWhileLost && now-p.goneAt >= leakUptime {
 			due = append(due, p)
 		}
 	}
@@ -530,29 +602,25 @@ func (r *run) findLeaks(gone []*tracked, when string) {
 		uids = append(uids, p.uid)
 		byUID[p.uid] = p
 	}
-	for _, vm := range r.lab.Sim.VMs() {
-		if _, foreign := r.foreign[vm.VMID]; foreign || vm.Template {
-			continue
-		}
-		conf, ok := r.lab.Sim.VMConfig(vm.VMID)
-		if !ok {
-			continue
-		}
-		if uid, ok := uidOf(conf["description"], uids); ok {
-			if r.violation(fmt.Sprintf("leak|vm|%d", vm.VMID), "leak%s: VM %d (%s, %s, lock %q) of deleted Proxy %s", when, vm.VMID, vm.Name, vm.Status, vm.Lock, byUID[uid].name) {
-				r.leaks++
+	for _, c := range r.clusters() {
+		c.ourVMs(func(vm pvesim.VMInfo, conf map[string]string) {
+			if uid, ok := uidOf(conf["description"], uids); ok {
+				if r.violation(fmt.Sprintf("leak|vm|%s|%d", c.name, vm.VMID), "leak%s: VM %d on %s (%s, %s, lock %q) of deleted Proxy %s",
+					when, vm.VMID, c.name, vm.Name, vm.Status, vm.Lock, byUID[uid].name) {
+					r.leaks++
+				}
 			}
-		}
-	}
-	for _, node := range []string{"pve1", "pve2", "pve3"} {
-		for _, vol := range r.lab.Sim.StorageVolumes(node, "seeds") {
-			for _, p := range gone {
-				if owner := seedOwner(vol, p); owner {
-					if r.leftForSweep(vol) {
-						continue
-					}
-					if r.violation("leak|seed|"+node+"|"+vol, "leak%s: seed %s on %s of deleted Proxy %s", when, vol, node, p.name) {
-						r.leaks++
+		})
+		for _, node := range []string{"pve1", "pve2", "pve3"} {
+			for _, vol := range c.sim.StorageVolumes(node, "seeds") {
+				for _, p := range gone {
+					if owner := seedOwner(vol, p); owner {
+						if r.leftForSweep(vol) {
+							continue
+						}
+						if r.violation("leak|seed|"+c.name+"|"+node+"|"+vol, "leak%s: seed %s on %s/%s of deleted Proxy %s", when, vol, c.name, node, p.name) {
+							r.leaks++
+						}
 					}
 				}
 			}
@@ -687,6 +755,7 @@ func (r *run) report() {
 		captured = append(captured, fmt.Sprintf("%s %d B", src, n))
 	}
 	sort.Strings(captured)
+	pace, _ := r.pace()
 	var mutations int
 	for _, m := range r.lab.Sim.Mutations() {
 		if m.Token == r.tokenID {
@@ -700,11 +769,13 @@ func (r *run) report() {
   faults injected: %d (%s)
   foreign VMs: %v; operator mutations checked: %d
   secrets watched: %d; captured: %s
+  episodes: %d ownership key losses (mutations on the lab while lost: %d), %d hangs of %s (%d Proxies orphaned during them and collected; evidence within %s, bound %s, pace %s)
   duplicates: %d (most VMs of one Proxy at once: %d), leaks: %d, foreign touches: %d, secrets in output: %d
   seeds left for the sweep (their VM removed behind the operator's back during the create, then the Proxy deleted): %d`,
 		r.plan.Seed, r.plan.Seed, wall.Round(time.Second), (time.Duration(float64(wall) * r.plan.Speed)).Round(time.Minute), r.plan.Speed, r.polls, r.step,
 		r.created, r.deleted, replacements, r.provoked, r.restarts, total, strings.Join(faults, ", "),
 		classes, mutations, r.watch.Secrets(), strings.Join(captured, ", "),
+		r.keyLosses, r.keyLossMutations, r.hangs, hungEntry, r.orphans, r.hangTook.Round(time.Millisecond), r.hangBound.Round(time.Millisecond), pace.Round(time.Millisecond),
 		r.duplicates, r.maxVMsOfOne, r.leaks, r.touches, r.secretsFound, len(r.sweepBound))
 
 	// The checks must have had something to look at.
@@ -721,6 +792,9 @@ func (r *run) report() {
 		r.t.Errorf("seed %d: no VM and no mutation observed: the VM checks would pass vacuously", r.plan.Seed)
 	case r.restarts == 0 || total == 0:
 		r.t.Errorf("seed %d: no restart or no fault: not a chaos run", r.plan.Seed)
+	case r.keyLosses < r.plan.KeyLosses || r.hangs < r.plan.Hangs:
+		r.t.Errorf("seed %d: %d of %d key losses and %d of %d hangs ran: their checks would pass vacuously", r.plan.Seed,
+			r.keyLosses, r.plan.KeyLosses, r.hangs, r.plan.Hangs)
 	}
 	if len(r.violations) > 0 || r.t.Failed() {
 		r.t.Errorf("seed %d: %d invariant violations; replay with CHAOS_SEED=%d", r.plan.Seed, len(r.violations), r.plan.Seed)

@@ -30,13 +30,17 @@ type plan struct {
 	Restart float64
 	// Fault is the chance per step that a fault is injected.
 	Fault float64
+	// KeyLosses and Hangs are how many times the ownership key is lost and
+	// restored, and how many times the second entry's cluster hangs
+	// (episodes_test.go); they take turns, spread over the creates.
+	KeyLosses, Hangs int
 }
 
 // ciPlan is the run of `make test`: 50 Proxies in one to three minutes on
 // two shared cores.
 func ciPlan() plan {
 	return plan{Proxies: 50, MaxLive: 14, Speed: 300, Step: 150 * time.Millisecond, Poll: 50 * time.Millisecond,
-		Restart: 0.05, Fault: 0.35}
+		Restart: 0.05, Fault: 0.35, KeyLosses: 1, Hangs: 1}
 }
 
 // longPlan is `make chaos` (CHAOS_LONG=1): more Proxies and restarts over a
@@ -44,6 +48,7 @@ func ciPlan() plan {
 func longPlan() plan {
 	p := ciPlan()
 	p.Proxies, p.MaxLive, p.Speed = 400, 24, 200
+	p.KeyLosses, p.Hangs = 3, 3
 	return p
 }
 

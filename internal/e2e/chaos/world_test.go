@@ -23,7 +23,9 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
+	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
@@ -43,29 +45,48 @@ const (
 	// than one, and on a loaded machine a pass takes longer than an
 	// interval).
 	leakUptime = gcGrace + 30*gcInterval
+	// hungEntry is the second provider entry: a cluster of its own whose
+	// calls the hang fault holds until their deadline, hungDeadline (below
+	// the Proxmox client's own timeout of 30 s, which would end them
+	// first).
+	hungEntry    = "lab2"
+	hungDeadline = 25 * time.Second
+	// installation is the operator's installation ID; its key lives in the
+	// key Secret of the run's namespace.
+	installation = "chaos"
 )
 
 // world is the simulated cluster, the namespace and the operator that comes
 // and goes.
 type world struct {
-	t      *testing.T
-	lab    *pvelab.Lab
+	t   *testing.T
+	lab *pvelab.Lab
+	// hung is the cluster of hungEntry, with no foreign VM.
+	hung   *pvelab.Lab
 	ns     string
 	rest   *rest.Config
 	watch  *sentinel.Watch
 	tracer trace.Tracer
-	// tokenID is the operator's API token id, whose mutations are checked.
+	// tokenID is the operator's API token id, whose mutations are checked
+	// (both clusters have the same token).
 	tokenID string
+	// keys reads and creates the key Secret as the operator does, with its
+	// rights; keyRef names the Secret.
+	keys   client.Client
+	keyRef ownership.KeyRef
 
 	mu       sync.Mutex
 	stop     func() error // nil while the operator is down
 	upSince  time.Time
 	uptime   time.Duration // accumulated over earlier runs
 	restarts int
+	// keyID names the key the running (or last) operator loaded.
+	keyID string
 }
 
 // newWorld starts the lab (three nodes, one zone over all of them, VMs
 // without guest processes: the agent reports the address all the same) and
+// the one-node cluster of hungEntry (every call bounded by hungDeadline), and
 // prepares the operator's logger, tracer and rights.
 func newWorld(t *testing.T, p plan, ns string) *world {
 	t.Helper()
@@ -78,6 +99,22 @@ func newWorld(t *testing.T, p plan, ns string) *world {
 		t.Fatal(err)
 	}
 	t.Cleanup(lab.Close)
+	hungDir := filepath.Join(dir, hungEntry)
+	if err := os.Mkdir(hungDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hung, err := pvelab.Start(ctx, pvelab.Options{Nodes: 1, Speed: p.Speed, PollInterval: 20 * time.Millisecond, Dir: hungDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hung.Close)
+	// The operator serves both entries; its setup builds each provider from
+	// the lab's configuration.
+	e := hung.Config.Providers[0]
+	e.Name = hungEntry
+	d := &metav1.Duration{Duration: hungDeadline}
+	e.Deadlines = config.Deadlines{Create: d, Get: d, Delete: d, List: d, Check: d, Sweep: d}
+	lab.Config.Providers = append(lab.Config.Providers, e)
 	token, err := os.ReadFile(filepath.Join(dir, "token"))
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +123,8 @@ func newWorld(t *testing.T, p plan, ns string) *world {
 	if !ok {
 		t.Fatalf("token file %q is not id=secret", token)
 	}
-	w := &world{t: t, lab: lab, ns: ns, watch: sentinel.NewWatch(), tokenID: id}
+	w := &world{t: t, lab: lab, hung: hung, ns: ns, watch: sentinel.NewWatch(), tokenID: id,
+		keyRef: ownership.KeyRef{Namespace: ns, Name: ownership.DefaultKeySecret}}
 	if err := w.watch.AddSecret("the API token", secret); err != nil {
 		t.Fatal(err)
 	}
@@ -103,12 +141,30 @@ func newWorld(t *testing.T, p plan, ns string) *world {
 	if w.rest, err = env.AsOperator(ctx, testenv.RBAC{Namespaces: []string{ns}}); err != nil {
 		t.Fatal(err)
 	}
+	if w.keys, err = client.New(w.rest, client.Options{Scheme: env.Scheme}); err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 
+// loadKey is the leader's first step (ownership.KeyLoader): the key from
+// the key Secret, which it creates when it is missing.
+func (w *world) loadKey() *ownership.Identity {
+	w.t.Helper()
+	id, err := ownership.NewPending(installation)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	l := &ownership.KeyLoader{Client: w.keys, Ref: w.keyRef, Identity: id}
+	if err := l.Start(context.Background()); err != nil {
+		w.t.Fatalf("loading the ownership key: %v", err)
+	}
+	return id
+}
+
 // start runs the operator as its ServiceAccount, with a fresh provider as a
-// restarted binary has, its log lines at verbosity 2 and its spans going to
-// the watch.
+// restarted binary has, the key the key Secret holds at that moment, its log
+// lines at verbosity 2 and its spans going to the watch.
 func (w *world) start() {
 	w.t.Helper()
 	w.mu.Lock()
@@ -116,8 +172,9 @@ func (w *world) start() {
 	if w.stop != nil {
 		return
 	}
+	id := w.loadKey()
 	stop, err := w.lab.StartOperator(context.Background(), pvelab.OperatorOptions{
-		RestConfig: w.rest, Scheme: env.Scheme, Namespace: w.ns,
+		RestConfig: w.rest, Scheme: env.Scheme, Namespace: w.ns, Ownership: id,
 		Log: w.watch.Logger(2), Tracer: w.tracer,
 		Controller: controller.Options{
 			PollInterval: 50 * time.Millisecond, ResyncInterval: 500 * time.Millisecond,
@@ -128,7 +185,7 @@ func (w *world) start() {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.stop, w.upSince = stop, time.Now()
+	w.stop, w.upSince, w.keyID = stop, time.Now(), id.KeyID()
 }
 
 // kill stops the operator (its context ends mid-call, as a killed process
@@ -153,6 +210,17 @@ func (w *world) up() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.stop != nil
+}
+
+// upFor is how long the operator has run since its last start; zero while
+// it is down.
+func (w *world) upFor() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stop == nil {
+		return 0
+	}
+	return time.Since(w.upSince)
 }
 
 // operatorUptime is how long the operator has run in all.

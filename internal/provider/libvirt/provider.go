@@ -58,6 +58,7 @@ type Provider struct {
 
 	shutdowns  map[string]time.Time   // by shutdown/host/name: when Delete asked the guest to power off
 	released   map[string]string      // by host/name: the domain UUID whose consumed seed is gone
+	ejects     map[string]ejectRetry  // by host/name: an eject the guest's locked tray held, and when to try again
 	sweeps     map[string]time.Time   // by host: the last sweep of orphaned seeds
 	leaseLocks map[string]*sync.Mutex // by host: one leases read at a time
 	// unverified are, by host, the domains the latest listing saw with
@@ -122,7 +123,7 @@ func New(o Options) (*Provider, error) {
 		listings: map[string]*sharedread.Read[[]domainInfo]{},
 		facts:    map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
 		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},
-		released: map[string]string{}, sweeps: map[string]time.Time{},
+		released: map[string]string{}, sweeps: map[string]time.Time{}, ejects: map[string]ejectRetry{},
 	}, nil
 }
 
@@ -251,6 +252,7 @@ func (p *Provider) forget(host, name string) {
 	delete(p.facts, key)
 	delete(p.addrs, key)
 	delete(p.released, key)
+	delete(p.ejects, key)
 	delete(p.started, name)
 }
 

@@ -43,12 +43,21 @@ func ejectedCDROMXML(dev string) (string, error) {
 // resumes), and each domain run is released once per process: after that,
 // Get makes no call for it. A failure is logged and retried at the next Get;
 // it never makes a running proxy look unhealthy.
+//
+// A guest that holds its CD-ROM tray locked can leave the medium in place
+// even after a forced eject (QEMU then only asks the guest to open the
+// tray). So the eject is confirmed from the live definition, and the volume
+// is deleted only once the drive is empty; while it is not, the eject is
+// tried again at later Gets with a backoff (ejectBackoff), never by waiting
+// in the call: a Get holds a worker.
 func (p *Provider) releaseSeed(ctx context.Context, h Host, d domainInfo, f domainFacts) {
 	key := h.Name + "/" + d.Name
+	now := p.now()
 	p.mu.Lock()
 	done := d.UUID != "" && p.released[key] == d.UUID
+	retry, held := p.ejects[key]
 	p.mu.Unlock()
-	if done {
+	if done || (held && retry.uuid == d.UUID && now.Before(retry.next)) {
 		return
 	}
 	log := logr.FromContextOrDiscard(ctx)
@@ -61,6 +70,27 @@ func (p *Provider) releaseSeed(ctx context.Context, h Host, d domainInfo, f doma
 		// The definition changed: read it again next time.
 		p.mu.Lock()
 		delete(p.facts, key)
+		p.mu.Unlock()
+		attached, err := p.seedAttached(ctx, h, d.Name, vol)
+		if err != nil {
+			log.Info("reading the domain after emptying its seed drive failed; retrying at the next poll", "host", h.Name, "domain", d.Name, "error", err.Error())
+			return
+		}
+		if attached {
+			attempts := 1
+			if held && retry.uuid == d.UUID {
+				attempts = retry.attempts + 1
+			}
+			wait := ejectBackoff(p.poll(), attempts)
+			p.mu.Lock()
+			p.ejects[key] = ejectRetry{uuid: d.UUID, attempts: attempts, next: now.Add(wait)}
+			p.mu.Unlock()
+			log.Info("the seed is still in the drive after a forced eject (the guest holds the tray locked); trying again later",
+				"host", h.Name, "domain", d.Name, "attempts", attempts, "next", wait.String())
+			return
+		}
+		p.mu.Lock()
+		delete(p.ejects, key)
 		p.mu.Unlock()
 	}
 	err := p.drv.deleteVolume(ctx, h, p.block.Pool, vol)
@@ -76,6 +106,44 @@ func (p *Provider) releaseSeed(ctx context.Context, h Host, d domainInfo, f doma
 		p.released[key] = d.UUID
 		p.mu.Unlock()
 	}
+}
+
+// ejectRetry is an eject whose medium stayed in the drive: the domain run
+// it was for, how many ejects were tried, and when the next one is due.
+type ejectRetry struct {
+	uuid     string
+	attempts int
+	next     time.Time
+}
+
+// maxEjectBackoff caps the wait between two ejects of a locked tray: the
+// seed holds the proxy's password, so it is never given up on, but the host
+// is not asked more than about once a minute per domain.
+const maxEjectBackoff = time.Minute
+
+// ejectBackoff is the wait after the n-th eject (n >= 1) that left the
+// medium in place: one poll interval, doubling, at most maxEjectBackoff
+// (or the poll interval, when that is longer).
+func ejectBackoff(poll time.Duration, n int) time.Duration {
+	d := poll
+	for i := 1; i < n && d < maxEjectBackoff; i++ {
+		d *= 2
+	}
+	return max(min(d, maxEjectBackoff), poll)
+}
+
+// seedAttached reads the domain's live definition and reports whether its
+// drives still hold the seed volume.
+func (p *Provider) seedAttached(ctx context.Context, h Host, name, vol string) (bool, error) {
+	doc, err := p.drv.domainXML(ctx, h, name)
+	if err != nil {
+		return false, err
+	}
+	f, err := parseDomain(doc, p.block.Pool)
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(f.Volumes, vol), nil
 }
 
 // seedSuffix ends the name of every seed volume (seedVolume).
