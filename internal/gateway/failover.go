@@ -196,6 +196,9 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 	if err != nil {
 		return nil, err
 	}
+	if candidates, err = g.withoutBanned(candidates, host); err != nil {
+		return nil, err
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		// The Transport closes the body of a request whose dial failed;
 		// the server closes it when the request ends, so that the next
@@ -218,8 +221,22 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		}
 		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
 		f := classify(resp, err)
+		if f == nil && g.isBanStatus(resp.StatusCode) {
+			// The member works; the destination refuses its address.
+			// Another member may take an idempotent request without a
+			// body: nothing reached the client yet.
+			g.succeeded(m)
+			g.banned(req.Context(), m, host, "status-"+strconv.Itoa(resp.StatusCode))
+			attempts++
+			last = &failedAttempt{m: m, resp: resp, release: release}
+			if attempts >= g.maxAttempts || !idempotent(req) || (req.Body != nil && req.Body != http.NoBody) {
+				return g.giveUp(last)
+			}
+			continue
+		}
 		if f == nil {
 			g.succeeded(m)
+			forwardproxy.AccessField(req.Context(), "member", m.String())
 			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 			return resp, nil
 		}
@@ -266,6 +283,9 @@ func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
 	}
 	// The member's answer, passed on: the gateway adds its own member to
 	// Proxy-Status, which says what it received and names no next hop.
+	if a.resp.Request != nil {
+		forwardproxy.AccessField(a.resp.Request.Context(), "member", a.m.String())
+	}
 	a.resp.Header.Add(forwardproxy.ProxyStatusHeader, g.name+"; received-status="+strconv.Itoa(a.resp.StatusCode))
 	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release}
 	return a.resp, nil

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +85,14 @@ type Config struct {
 	// HostBurst (zero: the rate rounded up).
 	HostRate  float64
 	HostBurst int
+	// BanStatuses are the destination answers to a plain request that
+	// mean it banned the member (bans.go); empty means
+	// DefaultBanStatuses. 407, 502 and 503 are a member's failures, not
+	// bans.
+	BanStatuses []int
+	// BanFor is how long a banned member stays away from the host; zero
+	// means DefaultBanFor.
+	BanFor time.Duration
 	// Name is the gateway's name in Proxy-Status; empty means
 	// DefaultName.
 	Name string
@@ -111,6 +120,9 @@ type Gateway struct {
 	maxAttempts, ejectAfter, maxPerMember int
 	ejectFor                              time.Duration
 	rates                                 *rateLimiter // nil without a HostRate
+	bans                                  *banTable
+	banStatuses                           []int
+	banFor                                time.Duration
 	name                                  string
 	metrics                               *Metrics
 	log                                   logr.Logger
@@ -137,15 +149,22 @@ func New(cfg Config) (*Gateway, error) {
 	default:
 		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
 	}
-	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 {
-		return nil, errors.New("gateway: attempts, ejection bound, cool-down and limits must not be negative")
+	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 || cfg.BanFor < 0 {
+		return nil, errors.New("gateway: attempts, ejection bound, cool-downs and limits must not be negative")
+	}
+	if err := checkBanStatuses(cfg.BanStatuses); err != nil {
+		return nil, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
 	}
 	g := &Gateway{members: cfg.Members, strategy: cfg.Strategy, dial: orDefault(cfg.DialTimeout, DefaultDialTimeout),
 		maxAttempts: cfg.MaxAttempts, ejectAfter: cfg.EjectAfter, ejectFor: orDefault(cfg.EjectFor, DefaultEjectFor),
-		maxPerMember: cfg.MaxPerMember, name: cfg.Name, metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+		maxPerMember: cfg.MaxPerMember, name: cfg.Name, metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now,
+		bans: newBanTable(maxBanKeys), banStatuses: slices.Clone(cfg.BanStatuses), banFor: orDefault(cfg.BanFor, DefaultBanFor)}
+	if len(g.banStatuses) == 0 {
+		g.banStatuses = DefaultBanStatuses
+	}
 	if g.maxPerMember == 0 {
 		g.maxPerMember = DefaultMaxPerMember
 	}
@@ -160,6 +179,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.now == nil {
 		g.now = time.Now
+	}
+	if g.metrics != nil {
+		g.metrics.watchBans(g.bans, g.now)
 	}
 	if cfg.Username != "" {
 		g.auth = &credentials{user: sha256.Sum256([]byte(cfg.Username)), pass: sha256.Sum256([]byte(cfg.Password)), userLen: len(cfg.Username)}
@@ -291,14 +313,20 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 // member.
 func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt, _ := req.Context().Value(routeKey{}).(*route)
-	if values := req.Header.Values(SessionHeader); len(values) > 0 {
-		// The header is the gateway's: it never reaches the destination.
-		var err error
-		if rt, err = rt.withSessionHeader(values); err != nil {
-			return nil, err
-		}
+	sessions, banValues := req.Header.Values(SessionHeader), req.Header.Values(BanHeader)
+	if len(sessions) > 0 || len(banValues) > 0 {
+		// The headers are the gateway's: they never reach the
+		// destination.
 		req = req.Clone(req.Context())
 		req.Header.Del(SessionHeader)
+		req.Header.Del(BanHeader)
+	}
+	rt, reps, err := withHeaders(rt, sessions, banValues)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.applyReports(req.Context(), rt, reps); err != nil {
+		return nil, err
 	}
 	return g.roundTrip(req, rt)
 }
@@ -311,7 +339,20 @@ func withMember(ctx context.Context, m *Member) context.Context {
 // TunnelHeaders implements forwardproxy.TunnelHeaderReader: the session
 // header is read on CONNECT too. The gateway writes its own CONNECT to the
 // member, so the header never goes further.
-func (g *Gateway) TunnelHeaders() []string { return []string{SessionHeader} }
+func (g *Gateway) TunnelHeaders() []string { return []string{SessionHeader, BanHeader} }
+
+// withHeaders is rt with the session of the session header, if any, and
+// the ban reports of the username and the ban header.
+func withHeaders(rt *route, sessions, banValues []string) (*route, []banReport, error) {
+	if len(sessions) > 0 {
+		var err error
+		if rt, err = rt.withSessionHeader(sessions); err != nil {
+			return nil, nil, err
+		}
+	}
+	reps, err := reports(rt, banValues)
+	return rt, reps, err
+}
 
 // DialTunnel implements forwardproxy.Upstream: a CONNECT through one
 // member.
@@ -320,11 +361,13 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		return nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
 	}
 	rt, _ := ctx.Value(routeKey{}).(*route)
-	if values := forwardproxy.TunnelHeader(ctx).Values(SessionHeader); len(values) > 0 {
-		var err error
-		if rt, err = rt.withSessionHeader(values); err != nil {
-			return nil, err
-		}
+	th := forwardproxy.TunnelHeader(ctx)
+	rt, reps, err := withHeaders(rt, th.Values(SessionHeader), th.Values(BanHeader))
+	if err != nil {
+		return nil, err
+	}
+	if err := g.applyReports(ctx, rt, reps); err != nil {
+		return nil, err
 	}
 	host, err := destHost(target)
 	if err != nil {
@@ -332,6 +375,9 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 	}
 	candidates, err := g.eligible(rt)
 	if err != nil {
+		return nil, err
+	}
+	if candidates, err = g.withoutBanned(candidates, host); err != nil {
 		return nil, err
 	}
 	// The client gets no byte before the tunnel is open, so every failed
@@ -353,6 +399,7 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		c, err := g.connect(ctx, m, target)
 		if err == nil {
 			g.succeeded(m)
+			forwardproxy.AccessField(ctx, "member", m.String())
 			return c.withRelease(release), nil
 		}
 		release()

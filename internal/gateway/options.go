@@ -15,12 +15,16 @@ import (
 // with dash-separated options after its username, the form hosted proxy
 // services use:
 //
-//	<user>-session-<id>[-sesstime-<minutes>][-zone-<zone>][-provider-<entry>]
+//	<user>-session-<id>[-sesstime-<minutes>][-zone-<zone>][-provider-<entry>][-ban-<host>]
+//
+// ban, a ban report (bans.go), comes last: its value is the rest of the
+// username, dashes and all, so that any host name reads back whole.
 const (
 	optSession  = "session"
 	optSesstime = "sesstime"
 	optZone     = "zone"
 	optProvider = "provider"
+	optBan      = "ban"
 )
 
 // SessionHeader carries a session id on a plain request or a CONNECT, in
@@ -43,6 +47,7 @@ type route struct {
 	ttl      time.Duration // 0: the session lasts while its member serves
 	zone     string        // "" for any
 	provider string        // "" for any
+	ban      string        // the host of a ban report, "" for none
 }
 
 // badOption is the 400 for a username option the gateway cannot honour.
@@ -73,6 +78,14 @@ func parseOptions(rest string) (*route, error) {
 			return nil, badOption("option %s is given twice", printable(key))
 		}
 		seen[key] = true
+		if key == optBan {
+			host, err := parseBanHost(strings.Join(tokens[i+1:], "-"))
+			if err != nil {
+				return nil, err
+			}
+			rt.ban = host
+			break
+		}
 		j := i + 1
 		for j < len(tokens) && (key == optZone || key == optProvider) && !isOption(tokens[j]) {
 			j++
@@ -114,10 +127,10 @@ func parseOptions(rest string) (*route, error) {
 	return rt, nil
 }
 
-const optionList = "session, sesstime, zone and provider"
+const optionList = "session, sesstime, zone, provider and ban (last)"
 
 func isOption(s string) bool {
-	return s == optSession || s == optSesstime || s == optZone || s == optProvider
+	return s == optSession || s == optSesstime || s == optZone || s == optProvider || s == optBan
 }
 
 // checkSessionID bounds a session id: letters, digits and underscores, at
