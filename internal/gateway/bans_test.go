@@ -322,7 +322,9 @@ func TestBanReports(t *testing.T) {
 				_, body, _, _ := get(h.client(t, gwUser), origin.url, http.Header{gateway.SessionHeader: {"s3"}, gateway.BanHeader: {"127.0.0.1"}})
 				return body
 			},
-			func() string { return tunnelEgressWith(t, h.addr, target, gwUser, gateway.SessionHeader+": s3\r\n"+report) }},
+			func() string {
+				return tunnelEgressWith(t, h.addr, target, gwUser, gateway.SessionHeader+": s3\r\n"+report)
+			}},
 	} {
 		user := gwUser + "-session-" + tc.session
 		before := tunnelEgress(t, h.addr, target, user)
