@@ -22,6 +22,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
 
 // Environment variables of the gateway subcommand: its own credentials
@@ -135,8 +136,21 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return fmt.Errorf("gateway: registering metrics: %w", err)
 	}
+	// Spans per request and tunnel when the OTEL_* variables ask for
+	// them, as for the operator.
+	tracer, shutdownTracing, err := tracing.Setup(ctx, getenv, version)
+	if err != nil {
+		return fmt.Errorf("gateway: tracing: %w", err)
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(flushCtx); err != nil {
+			log.Error(err, "flushing spans")
+		}
+	}()
 	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
+	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
 		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
 		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: banStatuses, BanFor: o.banFor,
 		Metrics: gm, Log: log.WithName("members")})

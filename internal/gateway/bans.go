@@ -187,6 +187,7 @@ func (g *Gateway) banned(ctx context.Context, m *Member, host, cause string) {
 		g.metrics.bans.WithLabelValues(m.Pool, m.Name, cause).Inc()
 	}
 	forwardproxy.AccessField(ctx, "ban", cause+" "+m.String())
+	banEvent(ctx, m, cause)
 	g.log.V(1).Info("member banned", "member", m.String(), "host", host, "cause", cause, "for", g.banFor.String())
 }
 

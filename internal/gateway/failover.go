@@ -226,6 +226,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			// Another member may take an idempotent request without a
 			// body: nothing reached the client yet.
 			g.succeeded(m)
+			attemptEvent(req.Context(), m, "ban-status-"+strconv.Itoa(resp.StatusCode))
 			g.banned(req.Context(), m, host, "status-"+strconv.Itoa(resp.StatusCode))
 			attempts++
 			last = &failedAttempt{m: m, resp: resp, release: release}
@@ -236,10 +237,12 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		}
 		if f == nil {
 			g.succeeded(m)
+			attemptEvent(req.Context(), m, "ok")
 			forwardproxy.AccessField(req.Context(), "member", m.String())
 			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 			return resp, nil
 		}
+		attemptEvent(req.Context(), m, f.cause)
 		g.failed(m, f)
 		attempts++
 		last = &failedAttempt{m: m, resp: resp, err: err, release: release}

@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
@@ -103,6 +105,8 @@ type Config struct {
 	Log logr.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Tracer, when set, gets a span per request and tunnel (tracing.go).
+	Tracer trace.Tracer
 }
 
 // Gateway is the forwardproxy.Upstream of a pool gateway: it checks the
@@ -127,6 +131,7 @@ type Gateway struct {
 	metrics                               *Metrics
 	log                                   logr.Logger
 	now                                   func() time.Time
+	tracer                                trace.Tracer
 }
 
 var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
@@ -179,6 +184,10 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.now == nil {
 		g.now = time.Now
+	}
+	g.tracer = cfg.Tracer
+	if g.tracer == nil {
+		g.tracer = noop.NewTracerProvider().Tracer("")
 	}
 	if g.metrics != nil {
 		g.metrics.watchBans(g.bans, g.now)
@@ -312,6 +321,15 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 // RoundTrip implements forwardproxy.Upstream: the request goes through one
 // member.
 func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, span := g.startSpan(req.Context(), "gateway.request", req.Method, req.URL.Host, req.Header)
+	rt, resp, err := g.roundTripWithHeaders(req.WithContext(ctx))
+	endSpan(span, rt, resp, err)
+	return resp, err
+}
+
+// roundTripWithHeaders is RoundTrip once the span started: the gateway's
+// headers, the ban reports, then the members.
+func (g *Gateway) roundTripWithHeaders(req *http.Request) (*route, *http.Response, error) {
 	rt, _ := req.Context().Value(routeKey{}).(*route)
 	sessions, banValues := req.Header.Values(SessionHeader), req.Header.Values(BanHeader)
 	if len(sessions) > 0 || len(banValues) > 0 {
@@ -323,12 +341,13 @@ func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	rt, reps, err := withHeaders(rt, sessions, banValues)
 	if err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	if err := g.applyReports(req.Context(), rt, reps); err != nil {
-		return nil, err
+		return rt, nil, err
 	}
-	return g.roundTrip(req, rt)
+	resp, err := g.roundTrip(req, rt)
+	return rt, resp, err
 }
 
 // withMember is ctx naming the member the Transport sends to.
@@ -357,28 +376,36 @@ func withHeaders(rt *route, sessions, banValues []string) (*route, []banReport, 
 // DialTunnel implements forwardproxy.Upstream: a CONNECT through one
 // member.
 func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
+	ctx, span := g.startSpan(ctx, "gateway.tunnel", MethodConnect, target, nil)
+	rt, c, err := g.dialTunnel(ctx, target)
+	endSpan(span, rt, nil, err)
+	return c, err
+}
+
+// dialTunnel is DialTunnel once the span started.
+func (g *Gateway) dialTunnel(ctx context.Context, target string) (*route, net.Conn, error) {
 	if strings.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
+		return nil, nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
 	}
 	rt, _ := ctx.Value(routeKey{}).(*route)
 	th := forwardproxy.TunnelHeader(ctx)
 	rt, reps, err := withHeaders(rt, th.Values(SessionHeader), th.Values(BanHeader))
 	if err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	if err := g.applyReports(ctx, rt, reps); err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	host, err := destHost(target)
 	if err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	candidates, err := g.eligible(rt)
 	if err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	if candidates, err = g.withoutBanned(candidates, host); err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	// The client gets no byte before the tunnel is open, so every failed
 	// attempt may go to another member.
@@ -389,9 +416,9 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodConnect)
 		if m == nil {
 			if last != nil {
-				return nil, last
+				return rt, nil, last
 			}
-			return nil, limitRefusal(wait)
+			return rt, nil, limitRefusal(wait)
 		}
 		if last != nil {
 			g.retried(lastMember, MethodConnect)
@@ -399,19 +426,21 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		c, err := g.connect(ctx, m, target)
 		if err == nil {
 			g.succeeded(m)
+			attemptEvent(ctx, m, "ok")
 			forwardproxy.AccessField(ctx, "member", m.String())
-			return c.withRelease(release), nil
+			return rt, c.withRelease(release), nil
 		}
 		release()
 		f, ok := errors.AsType[*attemptError](err)
 		if !ok {
-			return nil, err
+			return rt, nil, err
 		}
+		attemptEvent(ctx, m, f.cause)
 		g.failed(m, f)
 		attempts++
 		last, lastMember = err, m
 		if !f.member || attempts >= g.maxAttempts || ctx.Err() != nil {
-			return nil, err
+			return rt, nil, err
 		}
 	}
 }
