@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -34,7 +35,7 @@ const SessionHeader = "X-Gateway-Session"
 // Bounds of the options.
 const (
 	// MaxSessionID is the longest session id.
-	MaxSessionID = 64
+	MaxSessionID = published.MaxSessionID
 	// MaxSessionMinutes is the longest sesstime (a day).
 	MaxSessionMinutes = 1440
 	// maxUsername bounds the whole username, options included.
@@ -136,9 +137,7 @@ func isOption(s string) bool {
 // checkSessionID bounds a session id: letters, digits and underscores, at
 // most MaxSessionID of them.
 func checkSessionID(id string) error {
-	if id == "" || len(id) > MaxSessionID || strings.ContainsFunc(id, func(r rune) bool {
-		return r != '_' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
-	}) {
+	if !published.ValidSessionID(id) {
 		return badOption("a session id is 1 to %d letters, digits or underscores", MaxSessionID)
 	}
 	return nil
