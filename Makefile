@@ -169,6 +169,8 @@ IMAGE_BIN      ?= $(BIN_DIR)/linux-$(IMAGE_ARCH)/egress-proxies-operator
 IMAGE_TAR      ?= $(BIN_DIR)/egress-proxies-operator-image.tar
 PAUSE_IMG      ?= egress-proxies-pause:dev
 PAUSE_TAR      ?= $(BIN_DIR)/pause-image.tar
+CRAWLER_IMG    ?= egress-proxies-crawler:dev
+CRAWLER_TAR    ?= $(BIN_DIR)/crawler-image.tar
 
 .PHONY: image
 image: ## Build the image IMG as a docker-format tarball IMAGE_TAR (no Docker engine; `docker load -i` or `ctr images import` it).
@@ -186,6 +188,12 @@ pause-image: ## Build the test cluster's pause image PAUSE_IMG (hack/pause) as t
 	GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO_BUILD) -o $(BIN_DIR)/linux-$(IMAGE_ARCH)/pause ./hack/pause
 	$(GO) run ./hack/image build --binary $(BIN_DIR)/linux-$(IMAGE_ARCH)/pause --path /pause --arch $(IMAGE_ARCH) --tag $(PAUSE_IMG) --version $(VERSION) --out $(PAUSE_TAR)
 
+.PHONY: crawler-image
+crawler-image: ## Build the cluster tier's crawler image CRAWLER_IMG (hack/crawler: fetches a URL through the proxy of PROXY_URL) as the tarball CRAWLER_TAR.
+	@mkdir -p $(BIN_DIR)/linux-$(IMAGE_ARCH)
+	GOOS=linux GOARCH=$(IMAGE_ARCH) $(GO_BUILD) -o $(BIN_DIR)/linux-$(IMAGE_ARCH)/crawler ./hack/crawler
+	$(GO) run ./hack/image build --binary $(BIN_DIR)/linux-$(IMAGE_ARCH)/crawler --path /crawler --arch $(IMAGE_ARCH) --tag $(CRAWLER_IMG) --version $(VERSION) --out $(CRAWLER_TAR)
+
 .PHONY: bench
 bench: ## Measure the operator's API calls, convergence, CPU and RSS against the Proxmox VE simulator (ARGS='--proxies 1,100') or, with ARGS='--provider kubernetes', the API server; ARGS='--provider kvm2' measures the kvm2 provider on the real libvirt lab (BENCH_DOMAINS=100).
 	@case " $(ARGS) " in \
@@ -197,6 +205,10 @@ bench: ## Measure the operator's API calls, convergence, CPU and RSS against the
 .PHONY: bench-proxy
 bench-proxy: ## Measure the forward proxy against tinyproxy and squid on loopback (installs them with apt-get when missing; ARGS='--rounds 1').
 	$(GO) run ./hack/benchproxy $(ARGS)
+
+.PHONY: bench-gateway
+bench-gateway: ## Measure the pool gateway in front of the forward proxy against that proxy reached directly and Apify's proxy-chain, on loopback, and session placement (installs nodejs and npm with apt-get and the pinned proxy-chain with npm when missing; ARGS='--rounds 1').
+	GO=$(GO) $(GO) run ./hack/benchproxy --gateway $(ARGS)
 
 # Targets that talk to a cluster use the current kubeconfig context and fail
 # at once, with a message, when kubectl or the cluster is missing.

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -33,6 +34,8 @@ func main() {
 // options are the command-line flags.
 type options struct {
 	config, listen, admin, caOut, tokenOut, addrOut string
+	guestNetwork                                    string
+	guestAllow                                      []netip.Prefix
 	speed                                           float64
 	tls, guests                                     bool
 }
@@ -43,11 +46,20 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	fs := flag.NewFlagSet("pvesim", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.config, "config", "", "cluster description (YAML); required")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8006", "API listen address (loopback only)")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8006", "API listen address: loopback, or 198.51.100.0/24 or 203.0.113.0/24 inside a test's own network namespace")
 	fs.StringVar(&o.admin, "admin", "127.0.0.1:8007", "admin listen address (loopback only; empty disables)")
 	fs.Float64Var(&o.speed, "speed", 0, "speed factor overriding the config's (100 = 100x faster than a real host)")
 	fs.BoolVar(&o.tls, "tls", true, "serve HTTPS with a generated CA (false: plain HTTP)")
 	fs.BoolVar(&o.guests, "guests", true, "run, in each running VM with a NoCloud seed, the forward proxy its user-data configures, on the VM's loopback address")
+	fs.StringVar(&o.guestNetwork, "guest-network", "", "IPv4 prefix the guests take their addresses from instead of loopback (overrides the config's guestNetwork)")
+	fs.Func("guest-allow", "a destination prefix the guests' proxies may reach (repeatable; default 127.0.0.0/8)", func(v string) error {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return fmt.Errorf("not a prefix: %w", err)
+		}
+		o.guestAllow = append(o.guestAllow, p)
+		return nil
+	})
 	fs.StringVar(&o.caOut, "ca-out", "", "write the CA certificate (PEM) to this file")
 	fs.StringVar(&o.tokenOut, "token-out", "", "write the first token as <user>@<realm>!<tokenid>=<secret> to this file")
 	fs.StringVar(&o.addrOut, "addr-out", "", `once serving, write {"api": URL, "admin": URL} (JSON) to this file; with --listen 127.0.0.1:0 a parent process learns the ports from it`)
@@ -76,9 +88,15 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if o.speed > 0 {
 		cfg.Speed = o.speed
 	}
+	if o.guestNetwork != "" {
+		cfg.GuestNetwork = o.guestNetwork
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("--guest-network: %w", err)
+		}
+	}
 	var simOpts []pvesim.Option
 	if o.guests {
-		runner := &guests.Runner{}
+		runner := &guests.Runner{Allow: o.guestAllow}
 		defer runner.Close()
 		simOpts = append(simOpts, pvesim.WithGuestRunner(runner))
 	}

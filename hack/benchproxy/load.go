@@ -22,6 +22,18 @@ type scenario struct {
 	name    string
 	path    string // origin path of the GET
 	connect bool   // through a new CONNECT tunnel per request
+	// clients, when set, replaces --concurrency for this scenario: the
+	// gateway mode measures latency with one client, where the figure is
+	// what a hop costs rather than how the machine queues.
+	clients int
+}
+
+// concurrency is the number of clients of sc.
+func (sc scenario) concurrency(o options) int {
+	if sc.clients > 0 {
+		return sc.clients
+	}
+	return o.concurrency
 }
 
 // smallBody and largeBody are what the origin serves.
@@ -209,7 +221,7 @@ type measurement struct {
 // rps is the successful requests per second.
 func (m measurement) rps() float64 { return float64(m.ok) / m.elapsed.Seconds() }
 
-// measure runs the scenario with o.concurrency workers until o.requests
+// measure runs the scenario with its concurrency's workers until o.requests
 // were sent or o.duration passed.
 func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement {
 	start := time.Now()
@@ -228,7 +240,7 @@ func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement
 		lats []time.Duration
 		wg   sync.WaitGroup
 	)
-	for range o.concurrency {
+	for range sc.concurrency(o) {
 		wg.Go(func() {
 			do := mk()
 			var mine []time.Duration

@@ -40,6 +40,13 @@ type options struct {
 	// profile, when set, is a directory where our proxy writes its CPU
 	// profile of the whole run and its allocation profile at the end.
 	profile string
+	// gateway is the gateway mode (`make bench-gateway`): the pool gateway
+	// and proxy-chain in front of our forward proxy, and the session
+	// placement benchmark.
+	gateway bool
+	// placementBenchtime is go test's -benchtime of the placement
+	// benchmark; empty: it is not run.
+	placementBenchtime string
 }
 
 func main() {
@@ -55,24 +62,35 @@ func mainErr() error {
 	}
 	var o options
 	var proxies string
-	flag.StringVar(&proxies, "proxies", "ours,tinyproxy,squid", "Comma-separated proxies to measure: ours, tinyproxy, squid.")
+	flag.BoolVar(&o.gateway, "gateway", false, "The gateway mode (make bench-gateway): our forward proxy directly, the pool gateway and proxy-chain in front of it, and the session placement benchmark.")
+	flag.StringVar(&proxies, "proxies", "", "Comma-separated proxies to measure: ours, tinyproxy, squid (default: all three), or with --gateway ours, gateway, proxy-chain (default: all three; ours is required).")
 	flag.IntVar(&o.requests, "requests", 20000, "At most this many requests per scenario and proxy.")
 	flag.DurationVar(&o.duration, "duration", 5*time.Second, "At most this long per scenario and proxy.")
 	flag.IntVar(&o.concurrency, "concurrency", 16, "Concurrent clients.")
 	flag.IntVar(&o.idle, "idle-tunnels", 1000, "Idle CONNECT tunnels opened for the memory figure.")
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds of every scenario through every proxy; the median round is reported.")
-	flag.BoolVar(&o.install, "install", true, "Install tinyproxy and squid with apt-get when they are missing.")
+	flag.BoolVar(&o.install, "install", true, "Install what is missing: tinyproxy and squid with apt-get; with --gateway, Node.js with apt-get and proxy-chain with npm.")
 	var only string
-	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\"); empty: all.")
-	flag.StringVar(&o.profile, "profile", "", "Directory where our proxy writes cpu.pprof (the whole run) and allocs.pprof (at the end).")
+	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\"; with --gateway each followed by \" (1 client)\" or \" (<concurrency> clients)\"); empty: all.")
+	flag.StringVar(&o.profile, "profile", "", "Directory where our proxy writes cpu.pprof (the whole run) and allocs.pprof (at the end); the gateway writes its own in gateway/ under it.")
+	flag.StringVar(&o.placementBenchtime, "placement-benchtime", "20x", "With --gateway, go test -benchtime of the session placement benchmark; empty: not run.")
 	flag.Parse()
+	o.command = "make bench-proxy"
+	if o.gateway {
+		o.command = "make bench-gateway"
+	}
+	if proxies == "" {
+		proxies = "ours,tinyproxy,squid"
+		if o.gateway {
+			proxies = "ours,gateway,proxy-chain"
+		}
+	}
 	o.proxies = strings.Split(proxies, ",")
 	if only != "" {
 		o.scenarios = strings.Split(only, ",")
 	}
-	o.command = "make bench-proxy"
-	if len(os.Args) > 1 {
-		o.command += " ARGS='" + strings.Join(os.Args[1:], " ") + "'"
+	if args := modeArgs(os.Args[1:]); len(args) > 0 {
+		o.command += " ARGS='" + strings.Join(args, " ") + "'"
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -86,9 +104,12 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	if o.requests < 1 || o.duration <= 0 || o.concurrency < 1 || o.idle < 0 || o.rounds < 1 {
 		return errors.New("--requests, --duration, --concurrency and --rounds must be positive")
 	}
-	scs, err := selectScenarios(o.scenarios)
+	scs, err := selectScenarios(modeScenarios(o), o.scenarios)
 	if err != nil {
 		return err
+	}
+	if o.gateway && !slices.Contains(o.proxies, "ours") {
+		return errors.New("--gateway: --proxies must name ours, the forward proxy the others chain to")
 	}
 	raiseFileLimit()
 	org, err := startOrigin(ctx)
@@ -104,14 +125,30 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 			p.stop()
 		}
 	}()
-	for _, name := range o.proxies {
-		if !available(ctx, name, o.install, log) {
+	// Ours starts first: the gateway and proxy-chain chain to it.
+	names := slices.Clone(o.proxies)
+	if i := slices.Index(names, "ours"); i > 0 {
+		names = append([]string{"ours"}, slices.Delete(names, i, i+1)...)
+	}
+	upstream := ""
+	for _, name := range names {
+		pcDir := ""
+		if name == nameProxyChain {
+			if pcDir, err = ensureProxyChain(ctx, o.install, log); err != nil {
+				log("going on without proxy-chain: %v", err)
+				res.missing = append(res.missing, name)
+				continue
+			}
+		} else if !available(ctx, name, o.install, log) {
 			res.missing = append(res.missing, name)
 			continue
 		}
-		p, err := startProxy(ctx, name, o.profile)
+		p, err := startProxy(ctx, name, o.profile, upstream, pcDir)
 		if err != nil {
 			return err
+		}
+		if name == "ours" {
+			upstream = p.addr
 		}
 		procs = append(procs, p)
 	}
@@ -127,11 +164,11 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	for round := range o.rounds {
 		for si, sc := range scs {
 			log("round %d/%d: %s: direct", round+1, o.rounds, sc.name)
-			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, o.concurrency)))
+			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, sc.concurrency(o))))
 			for pi, p := range procs {
 				log("round %d/%d: %s: %s", round+1, o.rounds, sc.name, p.name)
 				cpu := p.cpuSeconds()
-				m := measure(ctx, o, sc, proxyClient(org, p.addr, sc, o.concurrency))
+				m := measure(ctx, o, sc, proxyClient(org, p.addr, sc, sc.concurrency(o)))
 				m.cpu = p.cpuSeconds() - cpu
 				if m.errors > 0 && m.ok == 0 {
 					return fmt.Errorf("%s: %s: every request failed (%d): %w", p.name, sc.name, m.errors, m.firstErr)
@@ -154,35 +191,69 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 		}
 		res.proxies = append(res.proxies, r)
 	}
-	res.loadAfter = loadAverage()
 	// Our proxy writes its profiles when it is stopped.
 	for _, p := range procs {
 		p.stop()
 	}
+	if o.gateway && o.placementBenchtime != "" {
+		log("session placement benchmark (go test -bench BenchmarkSessionPlacement ./internal/gateway/)")
+		pl, err := runPlacement(ctx, o.placementBenchtime)
+		if err != nil {
+			return fmt.Errorf("session placement benchmark: %w", err)
+		}
+		res.placement = &pl
+	}
+	res.loadAfter = loadAverage()
+	if o.gateway {
+		return res.writeGateway(w)
+	}
 	return res.write(w)
 }
 
-// selectScenarios returns the scenarios named, in their usual order; no
-// names: all of them.
-func selectScenarios(names []string) ([]scenario, error) {
-	if len(names) == 0 {
-		return scenarios, nil
+// modeArgs are the command-line arguments less --gateway, which the make
+// target's name says.
+func modeArgs(args []string) []string {
+	return slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--gateway" || a == "-gateway" })
+}
+
+// modeScenarios are the scenarios of the mode. The gateway mode measures
+// each twice: with one client for the latency a hop adds, and with
+// --concurrency clients for throughput.
+func modeScenarios(o options) []scenario {
+	if !o.gateway {
+		return scenarios
 	}
 	var out []scenario
 	for _, sc := range scenarios {
+		one, many := sc, sc
+		one.name, one.clients = sc.name+" (1 client)", 1
+		many.name = fmt.Sprintf("%s (%d clients)", sc.name, o.concurrency)
+		out = append(out, one, many)
+	}
+	return out
+}
+
+// selectScenarios returns the scenarios of all named, in their usual
+// order; no names: all of them.
+func selectScenarios(all []scenario, names []string) ([]scenario, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	var out []scenario
+	for _, sc := range all {
 		if slices.Contains(names, sc.name) {
 			out = append(out, sc)
 		}
 	}
 	if len(out) != len(names) {
-		return nil, fmt.Errorf("--scenarios %q: the scenarios are %q", names, scenarioNames())
+		return nil, fmt.Errorf("--scenarios %q: the scenarios are %q", names, scenarioNames(all))
 	}
 	return out, nil
 }
 
-func scenarioNames() []string {
+func scenarioNames(all []scenario) []string {
 	var names []string
-	for _, sc := range scenarios {
+	for _, sc := range all {
 		names = append(names, sc.name)
 	}
 	return names

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -60,6 +61,9 @@ func runChild(addr, profileDir string) error {
 			}
 		}()
 	}
+	if upstream := os.Getenv(childUpstreamEnv); upstream != "" {
+		return runGatewayChild(ctx, addr, upstream)
+	}
 	metrics, err := forwardproxy.NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		return err
@@ -77,11 +81,16 @@ func runChild(addr, profileDir string) error {
 	if err != nil {
 		return err
 	}
+	return serve(ctx, addr, p)
+}
+
+// serve serves h on addr until ctx ends.
+func serve(ctx context.Context, addr string, h http.Handler) error {
 	ln, err := forwardproxy.Listen(ctx, addr)
 	if err != nil {
 		return err
 	}
-	return forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{})
+	return forwardproxy.ServeWith(ctx, ln, h, forwardproxy.ServeOptions{})
 }
 
 // startProfile starts the CPU profile into dir/cpu.pprof; the function it
@@ -156,7 +165,7 @@ func (p *proxyProc) stop() {
 	}
 	p.stopped = true
 	if p.cmd.Process != nil {
-		if p.name != "ours" || p.cmd.Process.Signal(syscall.SIGTERM) != nil {
+		if (p.name != "ours" && p.name != nameGateway) || p.cmd.Process.Signal(syscall.SIGTERM) != nil {
 			_ = p.cmd.Process.Kill()
 		}
 		exited := make(chan struct{})
@@ -192,8 +201,9 @@ func freePort(ctx context.Context) (string, error) {
 }
 
 // startProxy starts the named proxy on a free loopback port and waits until
-// it accepts connections.
-func startProxy(ctx context.Context, name, profileDir string) (*proxyProc, error) {
+// it accepts connections. The gateway and proxy-chain chain to upstream,
+// our forward proxy's address; proxy-chain runs from pcDir.
+func startProxy(ctx context.Context, name, profileDir, upstream, pcDir string) (*proxyProc, error) {
 	addr, err := freePort(ctx)
 	if err != nil {
 		return nil, err
@@ -208,6 +218,18 @@ func startProxy(ctx context.Context, name, profileDir string) (*proxyProc, error
 		}
 		p.cmd = exec.CommandContext(ctx, self) //nolint:gosec // G204: this very program, re-executed.
 		p.cmd.Env = append(os.Environ(), childEnv+"="+addr, childProfileEnv+"="+profileDir)
+	case nameGateway:
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		p.cmd = exec.CommandContext(ctx, self) //nolint:gosec // G204: this very program, re-executed.
+		if profileDir != "" {
+			profileDir = filepath.Join(profileDir, nameGateway)
+		}
+		p.cmd.Env = append(os.Environ(), childEnv+"="+addr, childUpstreamEnv+"="+upstream, childProfileEnv+"="+profileDir)
+	case nameProxyChain:
+		p.cmd = proxyChainCommand(ctx, pcDir, addr, upstream)
 	case "tinyproxy":
 		if p.dir, err = os.MkdirTemp("", "benchproxy-tinyproxy-"); err != nil {
 			return nil, err
@@ -312,7 +334,7 @@ func waitListening(ctx context.Context, addr string) error {
 // available reports whether the named proxy can run here, and installs
 // tinyproxy and squid with apt-get when asked to and they are missing.
 func available(ctx context.Context, name string, install bool, log func(string, ...any)) bool {
-	if name == "ours" {
+	if name == "ours" || name == nameGateway {
 		return true
 	}
 	if _, err := exec.LookPath(name); err == nil {
@@ -322,10 +344,8 @@ func available(ctx context.Context, name string, install bool, log func(string, 
 		return false
 	}
 	log("%s is not installed; installing tinyproxy and squid with apt-get", name)
-	cmd := exec.CommandContext(ctx, "apt-get", "-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends", "tinyproxy", "squid")
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		log("installing failed (%v); going on without %s:\n%s", err, name, lastLines(string(out), 5))
+	if err := aptInstall(ctx, "tinyproxy", "squid"); err != nil {
+		log("going on without %s: %v", name, err)
 		return false
 	}
 	// The packages start their system services; the bench never uses
@@ -335,6 +355,18 @@ func available(ctx context.Context, name string, install bool, log func(string, 
 	}
 	_, err := exec.LookPath(name)
 	return err == nil
+}
+
+// aptInstall installs Debian packages, waiting for apt's lock when another
+// install holds it.
+func aptInstall(ctx context.Context, pkgs ...string) error {
+	args := append([]string{"-o", "DPkg::Lock::Timeout=600", "install", "-y", "--no-install-recommends"}, pkgs...)
+	cmd := exec.CommandContext(ctx, "apt-get", args...) //nolint:gosec // G204: apt-get with the bench's fixed package names.
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("apt-get install %s: %w:\n%s", strings.Join(pkgs, " "), err, lastLines(string(out), 5))
+	}
+	return nil
 }
 
 func lastLines(s string, n int) string {

@@ -36,6 +36,8 @@ type results struct {
 	direct                []measurement
 	proxies               []proxyResult
 	missing               []string
+	// placement is the session placement benchmark's, in the gateway mode.
+	placement *placement
 }
 
 func (r *results) find(name string) (proxyResult, bool) {
@@ -122,26 +124,17 @@ func (r *results) write(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Measured %s on %s with `%s`: %d rounds of at most %d requests or %s per scenario and proxy (the median round shown), %d concurrent clients, %d idle tunnels; load average (1 min) %s at the start, %s at the end.\n\n",
 		r.started.UTC().Format("2006-01-02 15:04 MST"), machine(), r.opts.command, r.opts.rounds, r.opts.requests, r.opts.duration, r.opts.concurrency, r.opts.idle, r.loadBefore, r.loadAfter)
-	if len(r.missing) > 0 {
-		fmt.Fprintf(&b, "Not measured (not installed): %s.\n\n", strings.Join(r.missing, ", "))
-	}
-	b.WriteString("| Scenario | Proxy | Requests/s | p50 (ms) | p99 (ms) | p50 added (ms) | p99 added (ms) | CPU s/GB | Verdict |\n")
-	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	r.writeScenarioHead(&b, "Proxy")
 	for i, sc := range r.scenarios {
 		d := r.direct[i]
-		fmt.Fprintf(&b, "| %s | direct | %.0f | %s | %s | | | | baseline%s |\n", sc.name, d.rps(), ms(d.p50), ms(d.p99), notes(d))
+		writeDirectRow(&b, sc, d)
 		for _, p := range r.proxies {
 			m := p.scenarios[i]
-			cpuPerGB := "n/a"
-			if m.bytes > 0 {
-				cpuPerGB = fmt.Sprintf("%.2f", m.cpu/(float64(m.bytes)/1e9))
-			}
 			v := "reference"
 			if p.name == "ours" {
 				v = r.verdict(i, m)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s%s |\n", sc.name, p.name, m.rps(),
-				ms(m.p50), ms(m.p99), ms(added(m.p50, d.p50)), ms(added(m.p99, d.p99)), cpuPerGB, v, notes(m))
+			writeRow(&b, sc, p.name, m, d, v)
 		}
 	}
 	b.WriteString("\n| Proxy | RSS before (MiB) | RSS with the idle tunnels (MiB) | Idle tunnels | KiB per idle tunnel | Verdict |\n")
@@ -165,6 +158,32 @@ func (r *results) write(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeScenarioHead writes which proxies are missing and the scenario
+// table's head, whose second column is named column.
+func (r *results) writeScenarioHead(b *strings.Builder, column string) {
+	if len(r.missing) > 0 {
+		fmt.Fprintf(b, "Not measured (not installed): %s.\n\n", strings.Join(r.missing, ", "))
+	}
+	b.WriteString("| Scenario | " + column + " | Requests/s | p50 (ms) | p99 (ms) | p50 added (ms) | p99 added (ms) | CPU s/GB | Verdict |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+}
+
+// writeDirectRow writes the scenario's baseline, the origin reached
+// directly.
+func writeDirectRow(b *strings.Builder, sc scenario, d measurement) {
+	fmt.Fprintf(b, "| %s | direct | %.0f | %s | %s | | | | baseline%s |\n", sc.name, d.rps(), ms(d.p50), ms(d.p99), notes(d))
+}
+
+// writeRow writes a proxy's row: m, with the latency added over base.
+func writeRow(b *strings.Builder, sc scenario, name string, m, base measurement, verdict string) {
+	cpuPerGB := "n/a"
+	if m.bytes > 0 {
+		cpuPerGB = fmt.Sprintf("%.2f", m.cpu/(float64(m.bytes)/1e9))
+	}
+	fmt.Fprintf(b, "| %s | %s | %.0f | %s | %s | %s | %s | %s | %s%s |\n", sc.name, name, m.rps(),
+		ms(m.p50), ms(m.p99), ms(added(m.p50, base.p50)), ms(added(m.p99, base.p99)), cpuPerGB, verdict, notes(m))
 }
 
 func notes(m measurement) string {

@@ -170,11 +170,21 @@ func run(ctx context.Context, o options) error {
 	if err := poolDemo(ctx, o.out, k8s, ns, lab.Zones); err != nil {
 		return fmt.Errorf("the pool: %w", err)
 	}
+	gw, err := gatewayDemo(ctx, o.out, restCfg, k8s, ns, "crawl", echo.URL+"/ip")
+	if err != nil {
+		return fmt.Errorf("the gateway: %w", err)
+	}
+	defer gw.stop()
 
 	if o.wait {
 		say("everything keeps running; look around with:")
 		_, _ = fmt.Fprintf(o.out, "    export KUBECONFIG=%s\n    kubectl get proxies -A -o wide\n    kubectl get proxypools -A\n    kubectl get providerhealths\n"+
 			"    kubectl get events -n %s\n    kubectl delete proxy -n %s egress-2   # and watch its VM go\n", kubeconfig, ns, ns)
+		urlFile, err := gw.writeURL(dir)
+		if err != nil {
+			return err
+		}
+		_, _ = fmt.Fprintf(o.out, "    curl -x \"$(cat %s)\" %s/ip   # through the gateway (the file holds its URL with the password)\n", urlFile, echo.URL)
 		say("press Ctrl-C to stop and clean up")
 		<-ctx.Done()
 		return ctx.Err()

@@ -6,9 +6,10 @@
 // and proves it there: the shipped RBAC is the only RBAC, with real
 // ServiceAccount tokens; the `kubernetes` provider's pods really run and
 // really proxy (200 with the Secret's credentials, 407 without, 403 for a
-// denied destination), with and without hostNetwork; a ProxyPool of three
-// publishes its list; deleting everything leaves no pod, Secret or
-// ConfigMap behind.
+// denied destination), with and without hostNetwork; a proxmox entry
+// pointing at the Proxmox VE simulator on the node's network serves a pod
+// that crawls through it (hack/crawler); a ProxyPool of three publishes its
+// list; deleting everything leaves no pod, Secret, ConfigMap or VM behind.
 //
 // It needs root on Linux; it skips otherwise, except under CI=true, where it
 // fails. On failure it prints the cluster's events, the operator's logs and

@@ -107,8 +107,9 @@ func tierOn(t *testing.T) {
 }
 
 // tierCluster skips unless the tier is on, builds the image once per test
-// process (`make image`, as users build it) and starts a cluster with it
-// and the images of more imported. On failure it prints the operator's
+// process (`make image`, as users build it) and the crawler's (`make
+// crawler-image`), and starts a cluster with both and the images of more
+// imported. On failure it prints the operator's
 // logs.
 func tierCluster(t *testing.T, more ...string) *kubelab.Cluster {
 	t.Helper()
@@ -116,13 +117,18 @@ func tierCluster(t *testing.T, more ...string) *kubelab.Cluster {
 	imageOnce.Do(func() {
 		began := time.Now()
 		imagePath = filepath.Join(imageDir, "image.tar")
-		errImage = kubelab.Make(t.Context(), "image", "IMAGE_TAR="+imagePath, "BIN_DIR="+filepath.Join(imageDir, "bin"))
+		crawlerPath = filepath.Join(imageDir, "crawler.tar")
+		bin := "BIN_DIR=" + filepath.Join(imageDir, "bin")
+		errImage = kubelab.Make(t.Context(), "image", "IMAGE_TAR="+imagePath, bin)
 		t.Logf("make image: %s", time.Since(began).Round(time.Millisecond))
+		if errImage == nil {
+			errImage = kubelab.Make(t.Context(), "crawler-image", "CRAWLER_TAR="+crawlerPath, "CRAWLER_IMG="+crawlerImage, bin)
+		}
 	})
 	if errImage != nil {
 		t.Fatal(errImage)
 	}
-	c := kubelab.Start(t, kubelab.Options{Images: append([]string{imagePath}, more...)})
+	c := kubelab.Start(t, kubelab.Options{Images: append([]string{imagePath, crawlerPath}, more...)})
 	t.Cleanup(func() {
 		if t.Failed() {
 			out, err := c.Kubectl(context.Background(), "", "-n", operatorNS, "logs", "deployment/"+deployment, "--all-containers", "--tail=300")
@@ -139,7 +145,12 @@ var (
 	imageOnce sync.Once
 	imagePath string
 	errImage  error
+	// crawlerPath is the crawler's image (hack/crawler), crawlerImage its
+	// name: a pod that fetches through a proxy, as a crawler would.
+	crawlerPath string
 )
+
+const crawlerImage = "egress-proxies-crawler:tier"
 
 func TestMain(m *testing.M) {
 	var err error
@@ -158,12 +169,18 @@ func TestShippedInstall(t *testing.T) {
 	work := t.TempDir()
 	// The install as the README says it: `make deploy`, with a copy of
 	// config/ whose providers.yaml is edited (docs/configuration.md).
+	// A Proxmox VE cluster beside the node: the simulator on the node's
+	// network, and its entry in the providers configuration.
+	sim := startSimulator(t, c)
 	began := time.Now()
-	if err := kubelab.Make(ctx, "deploy", "CONFIG_DIR="+editedConfig(t, fmt.Sprintf(providersYAML, c.HostIP)),
+	if err := kubelab.Make(ctx, "deploy", "CONFIG_DIR="+editedConfig(t, fmt.Sprintf(providersYAML, c.HostIP)+sim.entry(c.HostIP)),
 		"INSTALLER="+filepath.Join(work, "install.yaml"), "KUBECTL="+filepath.Join(c.Bin, "kubectl"),
 		"KUBECONFIG="+c.Kubeconfig); err != nil {
 		t.Fatal(err)
 	}
+	// docs/proxmox.md's next step: the token's Secret, which the
+	// Deployment mounts (optional: the operator started without it).
+	sim.proxmoxTokenSecret(t, c)
 	if out, err := c.Kubectl(ctx, "", "-n", operatorNS, "wait", "--for=condition=Available",
 		"--timeout="+deployTimeout.String(), "deployment/"+deployment); err != nil {
 		t.Fatalf("the operator's Deployment did not become available: %v\n%s", err, out)
@@ -184,8 +201,17 @@ func TestShippedInstall(t *testing.T) {
 			t.Errorf("a hostNetwork proxy's address is %q, want the node's %s", got.Status.Address, c.NodeIP)
 		}
 	})
+	t.Run("proxmox entry from inside the cluster", func(t *testing.T) {
+		proxmoxFromInside(t, c, cl, sim, target)
+	})
 	t.Run("pool of three", func(t *testing.T) {
 		pool(t, cl)
+	})
+	t.Run("gateway in front of the pool", func(t *testing.T) {
+		gatewayFront(t, c, cl, target)
+	})
+	t.Run("kubectl egress", func(t *testing.T) {
+		kubectlEgress(t, c, cl, target)
 	})
 	t.Run("metrics endpoint", func(t *testing.T) {
 		metricsEndpoint(t, c, cl)
@@ -237,6 +263,10 @@ func newClient(t *testing.T, c *kubelab.Cluster) client.Client {
 	return cl
 }
 
+// targetAnswer starts the target's answer; the address the request came
+// from (the proxy's egress address) follows.
+const targetAnswer = "reached through the proxy from "
+
 // target is an HTTP server on the host end of the world's veth: an address
 // the proxies' default egress policy allows (198.51.100.0/24 is not in its
 // deny list), reached from the pods and the node through the host route.
@@ -250,8 +280,9 @@ func startTarget(t *testing.T, c *kubelab.Cluster) target {
 	}
 	srv := &http.Server{
 		ReadHeaderTimeout: 10 * time.Second,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = io.WriteString(w, "reached through the proxy\n")
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			host, _, _ := net.SplitHostPort(r.RemoteAddr)
+			_, _ = io.WriteString(w, targetAnswer+host+"\n")
 		}),
 	}
 	go func() { _ = srv.Serve(ln) }()

@@ -45,6 +45,12 @@ type Cluster struct {
 	NodeName string
 	NodeIP   netip.Addr
 	PodCIDR  netip.Prefix
+	// NodeLocal is a /29 that is local to the node's network namespace
+	// (on its loopback, so every address of it is bound there) and routed
+	// from the host through NodeIP: a test runs a server on the node's
+	// network (InNode) at addresses of its own, which the pods and the
+	// host reach, the way they would reach a machine beside the node.
+	NodeLocal netip.Prefix
 	// HostIP is the host's end of the veth: the machine's address as the
 	// node and the pods see it (a test's servers listen there).
 	HostIP netip.Addr
@@ -132,14 +138,15 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("sweeping what a killed world left in slot %d: %w", s.n, err)
 	}
 	c := &Cluster{
-		Dir:      s.dir,
-		Bin:      bin,
-		NodeName: fmt.Sprintf("kubelab-%d", s.n),
-		NodeIP:   s.nodeIP,
-		PodCIDR:  s.podCIDR,
-		HostIP:   s.hostIP,
-		slot:     s,
-		logf:     logf,
+		Dir:       s.dir,
+		Bin:       bin,
+		NodeName:  fmt.Sprintf("kubelab-%d", s.n),
+		NodeIP:    s.nodeIP,
+		PodCIDR:   s.podCIDR,
+		NodeLocal: s.nodeLocal,
+		HostIP:    s.hostIP,
+		slot:      s,
+		logf:      logf,
 	}
 	if err := c.start(ctx, opts); err != nil {
 		return c, err
@@ -196,6 +203,8 @@ func (c *Cluster) network(ctx context.Context) error {
 		inNS("addr", "add", s.nodeIP.String(), "peer", s.hostIP.String()+"/32", "dev", s.nodeVeth),
 		inNS("link", "set", s.nodeVeth, "up"),
 		{"route", "add", s.podCIDR.String(), "via", s.nodeIP.String(), "dev", s.hostVeth},
+		inNS("addr", "add", s.nodeLocal.String(), "dev", "lo"),
+		{"route", "add", s.nodeLocal.String(), "via", s.nodeIP.String(), "dev", s.hostVeth},
 	} {
 		if err := run(ctx, "ip", args...); err != nil {
 			return err

@@ -28,15 +28,16 @@ type slot struct {
 	n    int
 	lock *os.File
 
-	netns    string       // ip netns name
-	hostVeth string       // host end, in the machine's namespace
-	nodeVeth string       // node end, in the world's namespace
-	bridge   string       // the CNI bridge, in the world's namespace
-	cgroup   string       // the kubelet's cgroupRoot, in every v1 hierarchy
-	hostIP   netip.Addr   // host end of the veth
-	nodeIP   netip.Addr   // node end: the node's InternalIP and the API server
-	podCIDR  netip.Prefix // the pods' /28, routed from the host through nodeIP
-	dir      string       // the work directory
+	netns     string       // ip netns name
+	hostVeth  string       // host end, in the machine's namespace
+	nodeVeth  string       // node end, in the world's namespace
+	bridge    string       // the CNI bridge, in the world's namespace
+	cgroup    string       // the kubelet's cgroupRoot, in every v1 hierarchy
+	hostIP    netip.Addr   // host end of the veth
+	nodeIP    netip.Addr   // node end: the node's InternalIP and the API server
+	podCIDR   netip.Prefix // the pods' /28, routed from the host through nodeIP
+	nodeLocal netip.Prefix // a /29 on the node's loopback, routed from the host through nodeIP
+	dir       string       // the work directory
 }
 
 func newSlot(n int) slot {
@@ -44,16 +45,17 @@ func newSlot(n int) slot {
 	// base+i < 256: n < slots (8) and i < 32, so base+i <= 7*32+31 = 255.
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 51, 100, byte(base + i)}) } //nolint:gosec // G115: bounded by 255, see above.
 	return slot{
-		n:        n,
-		netns:    fmt.Sprintf("epo-kubelab-%d", n),
-		hostVeth: fmt.Sprintf("ekl%dh", n),
-		nodeVeth: fmt.Sprintf("ekl%dn", n),
-		bridge:   fmt.Sprintf("ekl%dbr", n),
-		cgroup:   fmt.Sprintf("epo-kubelab-%d", n),
-		hostIP:   addr(1),
-		nodeIP:   addr(2),
-		podCIDR:  netip.PrefixFrom(addr(16), 28),
-		dir:      filepath.Join(os.TempDir(), fmt.Sprintf("egress-kubelab-%d", n)),
+		n:         n,
+		netns:     fmt.Sprintf("epo-kubelab-%d", n),
+		hostVeth:  fmt.Sprintf("ekl%dh", n),
+		nodeVeth:  fmt.Sprintf("ekl%dn", n),
+		bridge:    fmt.Sprintf("ekl%dbr", n),
+		cgroup:    fmt.Sprintf("epo-kubelab-%d", n),
+		hostIP:    addr(1),
+		nodeIP:    addr(2),
+		podCIDR:   netip.PrefixFrom(addr(16), 28),
+		nodeLocal: netip.PrefixFrom(addr(8), 29),
+		dir:       filepath.Join(os.TempDir(), fmt.Sprintf("egress-kubelab-%d", n)),
 	}
 }
 

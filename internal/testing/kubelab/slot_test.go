@@ -16,7 +16,7 @@ func TestSlotsNeverCollide(t *testing.T) {
 	registries := netip.MustParsePrefix("203.0.113.0/24")
 	seenNames := map[string]int{}
 	seenAddrs := map[netip.Addr]int{}
-	var pods []netip.Prefix
+	var routed []netip.Prefix
 	for n := range slots {
 		s := newSlot(n)
 		// Per kind: a namespace and a cgroup may share a name.
@@ -42,15 +42,20 @@ func TestSlotsNeverCollide(t *testing.T) {
 			}
 			seenAddrs[a] = n
 		}
-		if !hostSide.Contains(s.podCIDR.Addr()) || s.podCIDR.Bits() < 24 || s.podCIDR.Contains(s.nodeIP) || s.podCIDR.Contains(s.hostIP) {
-			t.Errorf("slot %d: pod range %s must be inside 198.51.100.0/24 and apart from the veth's %s and %s", n, s.podCIDR, s.hostIP, s.nodeIP)
-		}
-		for i, p := range pods {
-			if p.Overlaps(s.podCIDR) {
-				t.Errorf("slot %d: pod range %s overlaps slot %d's %s", n, s.podCIDR, i, p)
+		for _, r := range []struct {
+			name string
+			p    netip.Prefix
+		}{{"pod range", s.podCIDR}, {"node-local range", s.nodeLocal}} {
+			if !hostSide.Contains(r.p.Addr()) || r.p.Bits() < 24 || r.p.Contains(s.nodeIP) || r.p.Contains(s.hostIP) {
+				t.Errorf("slot %d: %s %s must be inside 198.51.100.0/24 and apart from the veth's %s and %s", n, r.name, r.p, s.hostIP, s.nodeIP)
 			}
+			for _, p := range routed {
+				if p.Overlaps(r.p) {
+					t.Errorf("slot %d: %s %s overlaps %s, routed already", n, r.name, r.p, p)
+				}
+			}
+			routed = append(routed, r.p)
 		}
-		pods = append(pods, s.podCIDR)
 	}
 	if svc := netip.MustParsePrefix(serviceCIDR); !registries.Contains(svc.Addr()) {
 		t.Errorf("the Service range %s moved: it must stay inside the namespace only (doc and network rule)", svc)

@@ -2,6 +2,7 @@ package kubelab
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,7 +45,7 @@ func runtimeWorld(t *testing.T, pause string) *Cluster {
 		s.release()
 		t.Fatal(err)
 	}
-	c := &Cluster{Dir: s.dir, NodeName: "kubelab-test", NodeIP: s.nodeIP, PodCIDR: s.podCIDR, HostIP: s.hostIP, slot: s, logf: t.Logf}
+	c := &Cluster{Dir: s.dir, NodeName: "kubelab-test", NodeIP: s.nodeIP, PodCIDR: s.podCIDR, NodeLocal: s.nodeLocal, HostIP: s.hostIP, slot: s, logf: t.Logf}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(c.Diagnostics(context.Background()))
@@ -87,8 +88,10 @@ func leftovers(s slot, createdMountPoints []string) []string {
 	if _, err := os.Stat("/sys/class/net/" + s.hostVeth); err == nil {
 		left = append(left, "link "+s.hostVeth)
 	}
-	if out, err := exec.CommandContext(context.Background(), "ip", "route", "show", s.podCIDR.String()).Output(); err == nil && strings.TrimSpace(string(out)) != "" {
-		left = append(left, "route "+strings.TrimSpace(string(out)))
+	for _, p := range []netip.Prefix{s.podCIDR, s.nodeLocal} {
+		if out, err := exec.CommandContext(context.Background(), "ip", "route", "show", p.String()).Output(); err == nil && strings.TrimSpace(string(out)) != "" {
+			left = append(left, "route "+strings.TrimSpace(string(out)))
+		}
 	}
 	for _, d := range cgroupRoots(s.cgroup) {
 		if _, err := os.Stat(d); err == nil {

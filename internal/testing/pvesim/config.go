@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -36,6 +37,14 @@ type Config struct {
 	// MaxConcurrentPerNode bounds the requests served at once per node, like
 	// pveproxy's few workers; requests beyond it wait. Zero means 3.
 	MaxConcurrentPerNode int `json:"maxConcurrentPerNode,omitempty"`
+	// GuestNetwork, when set, is an IPv4 prefix the guests take their
+	// addresses from instead of loopback (GuestAddress): the prefix's first
+	// address plus the VMID modulo its size. A test that runs the simulator
+	// in a network namespace of its own puts the prefix on that namespace's
+	// loopback and routes it, so that other namespaces (a cluster's pods)
+	// reach the guests. Keep the provider's vmidRange no wider than the
+	// prefix, or two VMs share an address.
+	GuestNetwork string `json:"guestNetwork,omitempty"`
 }
 
 // NodeConfig is one cluster node.
@@ -281,6 +290,11 @@ func (c *Config) Validate() error {
 		}
 		nodes[n.Name] = true
 	}
+	if c.GuestNetwork != "" {
+		if _, err := c.guestPrefix(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	storages := map[string]StorageConfig{}
 	for _, s := range c.Storages {
 		if !reStorageID.MatchString(s.ID) {
@@ -354,4 +368,14 @@ func splitTokenID(id string) (user, token string, ok bool) {
 		return "", "", false
 	}
 	return user, token, true
+}
+
+// guestPrefix parses GuestNetwork: an IPv4 prefix of at most 2^16
+// addresses (a /16 or narrower), masked.
+func (c *Config) guestPrefix() (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(c.GuestNetwork)
+	if err != nil || !p.Addr().Is4() || p.Bits() < 16 {
+		return netip.Prefix{}, fmt.Errorf("config: guestNetwork %q is not an IPv4 prefix of /16 or narrower (e.g. 198.51.100.8/29)", c.GuestNetwork)
+	}
+	return p.Masked(), nil
 }

@@ -313,7 +313,7 @@ func paramTrue(v string) bool {
 
 // guestOf describes a VM to the GuestRunner. The caller holds s.mu.
 func (s *Sim) guestOf(v *vm) Guest {
-	g := Guest{VMID: v.vmid, Node: v.node, Name: v.name(), Address: GuestAddress(v.vmid), Config: maps.Clone(v.conf)}
+	g := Guest{VMID: v.vmid, Node: v.node, Name: v.name(), Address: s.guestAddress(v.vmid), Config: maps.Clone(v.conf)}
 	if volid := driveVolume(v.conf["ide2"]); volid != "" {
 		stID, _, _ := strings.Cut(volid, ":")
 		if st := s.storages[stID]; st != nil {
@@ -788,7 +788,10 @@ func (s *Sim) hAgentNet(c *call) (any, *apiError) {
 	if first, _, _ := strings.Cut(v.conf["net0"], ","); strings.Contains(first, "=") {
 		_, mac, _ = strings.Cut(first, "=")
 	}
-	addr := GuestAddress(v.vmid)
+	addr, prefixLen := s.guestAddress(v.vmid), 8
+	if s.guestNet.IsValid() {
+		prefixLen = s.guestNet.Bits()
+	}
 	return map[string]any{"result": []map[string]any{
 		{
 			"name": "lo", "hardware-address": "00:00:00:00:00:00",
@@ -800,7 +803,7 @@ func (s *Sim) hAgentNet(c *call) (any, *apiError) {
 		{
 			"name": "ens18", "hardware-address": strings.ToLower(mac),
 			"ip-addresses": []map[string]any{
-				{"ip-address": addr.String(), "ip-address-type": "ipv4", "prefix": 8},
+				{"ip-address": addr.String(), "ip-address-type": "ipv4", "prefix": prefixLen},
 				{"ip-address": fmt.Sprintf("fe80::be24:11ff:fe%02x:%02x%02x", v.vmid>>16&0xff, v.vmid>>8&0xff, v.vmid&0xff), "ip-address-type": "ipv6", "prefix": 64},
 			},
 			"statistics": map[string]any{"rx-bytes": 0, "tx-bytes": 0, "rx-packets": 0, "tx-packets": 0, "rx-errs": 0, "tx-errs": 0, "rx-dropped": 0, "tx-dropped": 0},

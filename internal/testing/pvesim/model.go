@@ -212,6 +212,20 @@ func GuestAddress(vmid int) netip.Addr {
 	return netip.AddrFrom4(b)
 }
 
+// guestAddress is the address VM vmid's guest reports and serves on:
+// GuestAddress, or, with Config.GuestNetwork, the prefix's first address
+// plus vmid modulo the prefix's size.
+func (s *Sim) guestAddress(vmid int) netip.Addr {
+	if !s.guestNet.IsValid() {
+		return GuestAddress(vmid)
+	}
+	base := s.guestNet.Addr().As4()
+	size := uint32(1) << (32 - s.guestNet.Bits())
+	n := binary.BigEndian.Uint32(base[:]) + uint32(vmid)%size //nolint:gosec // G115: VMIDs fit in 32 bits.
+	binary.BigEndian.PutUint32(base[:], n)
+	return netip.AddrFrom4(base)
+}
+
 // storage is a storage definition with its volumes (one set when shared,
 // one set per node otherwise).
 type storage struct {

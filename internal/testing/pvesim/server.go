@@ -23,13 +23,15 @@ const apiPrefix = "/api2/json"
 
 // Sim is a simulated Proxmox VE cluster with its API server.
 type Sim struct {
-	cfg    Config
-	speed  float64
-	timing Timings
-	schema map[string]*endpointSchema
-	routes []*route
-	guests GuestRunner
-	faults faults
+	cfg Config
+	// guestNet is cfg.GuestNetwork parsed; invalid when unset.
+	guestNet netip.Prefix
+	speed    float64
+	timing   Timings
+	schema   map[string]*endpointSchema
+	routes   []*route
+	guests   GuestRunner
+	faults   faults
 
 	// countMu guards the request counters, the bytes answered per
 	// counter key and the mutation log.
@@ -89,6 +91,9 @@ func New(cfg Config, opts ...Option) (*Sim, error) {
 		tokens: map[string]tokenEntry{}, uploadDir: dir,
 	}
 	s.faults.nodes = map[string]unreachable{}
+	if cfg.GuestNetwork != "" {
+		s.guestNet, _ = cfg.guestPrefix() // Validate checked it
+	}
 	if s.speed <= 0 {
 		s.speed = 1
 	}
@@ -201,27 +206,36 @@ func (s *Sim) Config() Config { return s.cfg }
 
 // ServeOptions says where and how the API listens.
 type ServeOptions struct {
-	// Addr is a loopback host:port (127.0.0.1:0 picks a free port).
+	// Addr is a loopback host:port (127.0.0.1:0 picks a free port), or one
+	// in 198.51.100.0/24 or 203.0.113.0/24 for a simulator a test runs in a
+	// network namespace of its own; the certificate names that address.
 	Addr string
 	// TLS serves HTTPS with a certificate from a CA generated at start
 	// (CACertPEM); otherwise plain HTTP.
 	TLS bool
 }
 
-// checkLoopback refuses listen addresses outside 127.0.0.0/8 and ::1.
-func checkLoopback(addr string) error {
+// testNets are the documentation ranges a test's own network namespace may
+// use (RFC 5737: never routed on the Internet); the simulator listens there
+// only when a test put it in such a namespace.
+var testNets = []netip.Prefix{netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")}
+
+// checkListen refuses listen addresses outside loopback (127.0.0.0/8, ::1)
+// and the documentation ranges of testNets. It returns the host's address
+// when it is one (invalid for localhost), for the certificate.
+func checkListen(addr string) (netip.Addr, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("listen address %q: %w", addr, err)
+		return netip.Addr{}, fmt.Errorf("listen address %q: %w", addr, err)
 	}
 	if host == "localhost" {
-		return nil
+		return netip.Addr{}, nil
 	}
 	ip, err := netip.ParseAddr(host)
-	if err != nil || !ip.IsLoopback() {
-		return fmt.Errorf("listen address %q is not a loopback address (127.0.0.0/8 or ::1)", addr)
+	if err == nil && (ip.IsLoopback() || slices.ContainsFunc(testNets, func(p netip.Prefix) bool { return p.Contains(ip) })) {
+		return ip, nil
 	}
-	return nil
+	return netip.Addr{}, fmt.Errorf("listen address %q is neither loopback (127.0.0.0/8, ::1) nor in a test network namespace's documentation range (198.51.100.0/24, 203.0.113.0/24)", addr)
 }
 
 // newHTTPServer returns a server that speaks HTTP/1.1 only (F18).
@@ -244,7 +258,8 @@ func (s *Sim) Serve(ctx context.Context, opts ServeOptions) (string, error) {
 	if opts.Addr == "" {
 		opts.Addr = "127.0.0.1:0"
 	}
-	if err := checkLoopback(opts.Addr); err != nil {
+	host, err := checkListen(opts.Addr)
+	if err != nil {
 		return "", err
 	}
 	var lc net.ListenConfig
@@ -255,7 +270,7 @@ func (s *Sim) Serve(ctx context.Context, opts ServeOptions) (string, error) {
 	srv := newHTTPServer(s)
 	scheme := "http"
 	if opts.TLS {
-		cert, caPEM, err := newCertificates()
+		cert, caPEM, err := newCertificates(host)
 		if err != nil {
 			_ = ln.Close()
 			return "", err
@@ -286,7 +301,7 @@ func (s *Sim) ServeAdmin(ctx context.Context, addr string) (string, error) {
 	if addr == "" {
 		addr = "127.0.0.1:0"
 	}
-	if err := checkLoopback(addr); err != nil {
+	if _, err := checkListen(addr); err != nil {
 		return "", err
 	}
 	var lc net.ListenConfig

@@ -3,9 +3,11 @@ package pvesim
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime"
 	"strings"
@@ -338,19 +340,81 @@ func TestThousandsOfVMs(t *testing.T) {
 	}
 }
 
-// TestLoopbackOnly: non-loopback listen addresses are refused.
-func TestLoopbackOnly(t *testing.T) {
+// TestListenAddresses: the simulator listens on loopback, or in the
+// documentation ranges a test's own network namespace uses, and nowhere
+// else; its certificate names the address it listens on.
+func TestListenAddresses(t *testing.T) {
 	sim, err := New(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = sim.Close() }()
-	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "10.0.0.1:8006"} {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "10.0.0.1:8006", "192.0.2.1:8006", "198.51.99.255:8006"} {
 		if _, err := sim.Serve(context.Background(), ServeOptions{Addr: addr}); err == nil {
-			t.Errorf("Serve(%q) accepted a non-loopback address", addr)
+			t.Errorf("Serve(%q) accepted an address outside loopback and the test ranges", addr)
 		}
 		if _, err := sim.ServeAdmin(context.Background(), addr); err == nil {
-			t.Errorf("ServeAdmin(%q) accepted a non-loopback address", addr)
+			t.Errorf("ServeAdmin(%q) accepted an address outside loopback and the test ranges", addr)
+		}
+	}
+	for _, tc := range []struct{ addr, reason string }{
+		{"127.0.0.1:0", "loopback"},
+		{"[::1]:0", "IPv6 loopback"},
+		{"198.51.100.2:8006", "a cluster world's node address (TEST-NET-2)"},
+		{"203.0.113.9:8006", "TEST-NET-3, inside a test's namespace only"},
+	} {
+		if _, err := checkListen(tc.addr); err != nil {
+			t.Errorf("%s (%s) refused: %v", tc.addr, tc.reason, err)
+		}
+	}
+	cert, _, err := newCertificates(netip.MustParseAddr("198.51.100.2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leaf.VerifyHostname("198.51.100.2"); err != nil {
+		t.Errorf("the certificate does not name the listen address: %v", err)
+	}
+}
+
+// TestGuestNetwork: with guestNetwork, a guest reports (through the agent)
+// and is started on the prefix's first address plus its VMID modulo the
+// prefix's size, not on loopback.
+func TestGuestNetwork(t *testing.T) {
+	rr := &recordingRunner{}
+	cfg := testConfig()
+	cfg.GuestNetwork = "198.51.100.8/29"
+	sim, err := New(cfg, WithGuestRunner(rr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := sim.Serve(context.Background(), ServeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sim.Close() })
+	h := &harness{t: t, sim: sim, url: u, hc: &http.Client{Timeout: 10 * time.Second}}
+	h.cloneAndWait(301, nil)
+	h.startAndWait(301)
+	const want = "198.51.100.13" // 8 + 301 % 8
+	h.eventually("runner start", func() bool { return len(rr.snapshot()) == 1 })
+	if ev := rr.snapshot(); !strings.HasPrefix(ev[0], "start 301 "+want+" ") {
+		t.Errorf("runner events = %v, want a start on %s", ev, want)
+	}
+	path := "/nodes/pve1/qemu/301/agent/network-get-interfaces"
+	h.eventually("guest agent", func() bool { return h.call(http.MethodGet, path, nil).code == http.StatusOK })
+	got := string(h.ok(http.MethodGet, path, nil).raw)
+	if !strings.Contains(got, `"ip-address":"`+want+`"`) || !strings.Contains(got, `"prefix":29`) {
+		t.Errorf("the agent reports %s, want %s/29 on the guest's interface", got, want)
+	}
+	for _, bad := range []string{"10.0.0.0/8", "2001:db8::/64", "not-a-prefix"} {
+		c := testConfig()
+		c.GuestNetwork = bad
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), "guestNetwork") {
+			t.Errorf("guestNetwork %q: %v, want a refusal naming guestNetwork", bad, err)
 		}
 	}
 }

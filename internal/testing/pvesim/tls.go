@@ -11,13 +11,14 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/netip"
 	"time"
 )
 
 // newCertificates generates a CA and a server certificate for localhost,
-// 127.0.0.1 and ::1 signed by it. It returns the server key pair and the CA
+// 127.0.0.1, ::1 and host (when valid: the listen address) signed by it. It returns the server key pair and the CA
 // certificate in PEM, which clients trust (the --ca-out file).
-func newCertificates() (tls.Certificate, []byte, error) {
+func newCertificates(host netip.Addr) (tls.Certificate, []byte, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, nil, fmt.Errorf("generate CA key: %w", err)
@@ -44,11 +45,15 @@ func newCertificates() (tls.Certificate, []byte, error) {
 	if err != nil {
 		return tls.Certificate{}, nil, fmt.Errorf("generate server key: %w", err)
 	}
+	ips := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")}
+	if host.IsValid() && !host.IsLoopback() {
+		ips = append(ips, host.AsSlice())
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(now.UnixNano() + 1),
 		Subject:      pkix.Name{CommonName: "localhost"},
 		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		IPAddresses:  ips,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(365 * 24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,

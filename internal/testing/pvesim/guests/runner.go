@@ -31,6 +31,13 @@ type Runner struct {
 	// Drain is how long a stopping guest lets open requests finish; zero
 	// means DefaultDrain.
 	Drain time.Duration
+	// Allow are the destinations the guests' proxies reach besides what the
+	// default egress policy allows; nil means 127.0.0.0/8, where simulated
+	// guests and the origins they are tested against usually live. A real
+	// guest enforces its entry's policy with the nftables rules of its
+	// seed; a test whose origin is elsewhere (a cluster world's host end)
+	// names it here.
+	Allow []netip.Prefix
 
 	mu      sync.Mutex
 	running map[int]*guest
@@ -75,11 +82,7 @@ func (r *Runner) Start(g pvesim.Guest) error {
 		// A VM reaches the world from its own address; so does the guest,
 		// which gives each guest its own egress address.
 		LocalAddr: g.Address,
-		// Simulated guests and the origins they are tested against all
-		// live on loopback, which the default egress policy refuses; a
-		// real guest enforces the entry's policy with the nftables rules
-		// of its seed.
-		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
+		Egress:    egress.Policy{AllowCIDRs: r.allow()},
 	})
 	if err != nil {
 		return fmt.Errorf("guest %d: configuring the proxy: %w", g.VMID, err)
@@ -112,6 +115,14 @@ func (r *Runner) Start(g pvesim.Guest) error {
 	r.mu.Unlock()
 	r.Log.V(1).Info("guest proxy serving", "vmid", g.VMID, "address", addr, "auth", settings.Username != "", "allow", len(settings.Allow))
 	return nil
+}
+
+// allow is Allow, or loopback when it is nil.
+func (r *Runner) allow() []netip.Prefix {
+	if r.Allow == nil {
+		return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	}
+	return r.Allow
 }
 
 // Stop implements pvesim.GuestRunner; it waits until the guest's proxy no
