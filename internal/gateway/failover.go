@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -211,7 +212,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodHTTP)
 		if m == nil {
 			if last != nil {
-				return g.giveUp(last)
+				return g.giveUp(req.Context(), last)
 			}
 			return nil, limitRefusal(wait)
 		}
@@ -231,7 +232,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			attempts++
 			last = &failedAttempt{m: m, resp: resp, release: release}
 			if attempts >= g.maxAttempts || !idempotent(req) || (req.Body != nil && req.Body != http.NoBody) {
-				return g.giveUp(last)
+				return g.giveUp(req.Context(), last)
 			}
 			continue
 		}
@@ -247,7 +248,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		attempts++
 		last = &failedAttempt{m: m, resp: resp, err: err, release: release}
 		if attempts >= g.maxAttempts || !retryable(req, f) {
-			return g.giveUp(last)
+			return g.giveUp(req.Context(), last)
 		}
 	}
 }
@@ -270,8 +271,8 @@ func (a *failedAttempt) discard() {
 	a.release()
 }
 
-// giveUp answers with the last failed attempt.
-func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
+// giveUp answers with the last failed attempt; ctx is the request's.
+func (g *Gateway) giveUp(ctx context.Context, a *failedAttempt) (*http.Response, error) {
 	switch {
 	case a.resp == nil:
 		a.release()
@@ -286,9 +287,7 @@ func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
 	}
 	// The member's answer, passed on: the gateway adds its own member to
 	// Proxy-Status, which says what it received and names no next hop.
-	if a.resp.Request != nil {
-		forwardproxy.AccessField(a.resp.Request.Context(), "member", a.m.String())
-	}
+	forwardproxy.AccessField(ctx, "member", a.m.String())
 	a.resp.Header.Add(forwardproxy.ProxyStatusHeader, g.name+"; received-status="+strconv.Itoa(a.resp.StatusCode))
 	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release}
 	return a.resp, nil

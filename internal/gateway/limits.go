@@ -166,8 +166,7 @@ type lru[K comparable, V any] struct {
 	size  int
 	order *list.List // front: most recently used; of lruEntry
 	items map[K]*list.Element
-	// onRemove, when set, sees every entry that leaves, forgotten or
-	// removed.
+	// onRemove, when set, sees every entry it forgets.
 	onRemove func(K, V)
 }
 
@@ -211,13 +210,6 @@ func (c *lru[K, V]) peek(k K) (V, bool) {
 	}
 	var zero V
 	return zero, false
-}
-
-// remove forgets k.
-func (c *lru[K, V]) remove(k K) {
-	if e, ok := c.items[k]; ok {
-		c.drop(e)
-	}
 }
 
 func (c *lru[K, V]) drop(e *list.Element) {

@@ -54,13 +54,13 @@ func TestSpansPerRequestAndTunnel(t *testing.T) {
 	for _, s := range rec.Ended() {
 		attrs := map[string]string{}
 		for _, kv := range s.Attributes() {
-			attrs[string(kv.Key)] = kv.Value.Emit()
+			attrs[string(kv.Key)] = kv.Value.String()
 		}
 		var events []string
 		for _, e := range s.Events() {
 			var kvs []string
 			for _, kv := range e.Attributes {
-				kvs = append(kvs, string(kv.Key)+"="+kv.Value.Emit())
+				kvs = append(kvs, string(kv.Key)+"="+kv.Value.String())
 			}
 			slices.Sort(kvs)
 			events = append(events, e.Name+" "+strings.Join(kvs, " "))
