@@ -123,6 +123,31 @@ type ProxyGatewaySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	EjectSeconds int32 `json:"ejectSeconds,omitempty"`
+
+	// banStatuses are the answers of a destination to a plain HTTP request
+	// that mean it banned the member's egress address: the member gets no
+	// request or tunnel to that host for banSeconds, and the request, when
+	// idempotent and without a body, goes to another member. 429 by
+	// default; add 403 for sites that refuse banned addresses with it. 407,
+	// 502 and 503 are a member's own failures (failover), never bans.
+	// +optional
+	// +kubebuilder:default={429}
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Minimum=400
+	// +kubebuilder:validation:items:Maximum=599
+	// +kubebuilder:validation:items:XValidation:rule="self != 407 && self != 502 && self != 503",message="407, 502 and 503 are a member's failures (failover), not a destination's ban"
+	BanStatuses []int32 `json:"banStatuses,omitempty"`
+
+	// banSeconds is how long a member banned by a destination host (by a
+	// ban status, or a crawler's ban report) gets no request or tunnel to
+	// that host, in each gateway pod.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	BanSeconds int32 `json:"banSeconds,omitempty"`
 }
 
 // ProxyGatewayStatus is what the operator observed of the gateway.

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
 
 // Environment variables of the gateway subcommand: its own credentials
@@ -48,6 +50,8 @@ type gatewayOptions struct {
 	ejectFor            time.Duration
 	maxPerMember        int
 	hostPerMinute       int
+	banStatuses         string
+	banFor              time.Duration
 }
 
 // runGateway runs `egress-proxies-operator gateway`, a pool gateway (see
@@ -83,6 +87,8 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	fs.DurationVar(&o.ejectFor, "eject-for", gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
 	fs.IntVar(&o.maxPerMember, "max-per-member", gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
 	fs.IntVar(&o.hostPerMinute, "member-host-requests-per-minute", 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
+	fs.StringVar(&o.banStatuses, "ban-statuses", "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
+	fs.DurationVar(&o.banFor, "ban-for", gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(os.Stderr)
@@ -102,6 +108,10 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	}
 	if len(pools) == 0 || o.namespace == "" {
 		return errors.New("gateway: --pools and --namespace (or $" + envPodNamespace + ") are required")
+	}
+	banStatuses, err := parseStatuses(o.banStatuses)
+	if err != nil {
+		return fmt.Errorf("gateway: --ban-statuses: %w", err)
 	}
 	ranges, err := egress.ParsePrefixes(o.allowedRanges)
 	if err != nil {
@@ -126,10 +136,23 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return fmt.Errorf("gateway: registering metrics: %w", err)
 	}
+	// Spans per request and tunnel when the OTEL_* variables ask for
+	// them, as for the operator.
+	tracer, shutdownTracing, err := tracing.Setup(ctx, getenv, version)
+	if err != nil {
+		return fmt.Errorf("gateway: tracing: %w", err)
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdownTracing(flushCtx); err != nil {
+			log.Error(err, "flushing spans")
+		}
+	}()
 	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
+	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
 		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
-		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60,
+		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: banStatuses, BanFor: o.banFor,
 		Metrics: gm, Log: log.WithName("members")})
 	if err != nil {
 		return err
@@ -209,6 +232,26 @@ func gatewayAdminHandler(reg *prometheus.Registry, set *gateway.Set) http.Handle
 		_, _ = io.WriteString(w, "no members to send to\n")
 	})
 	return mux
+}
+
+// parseStatuses reads a comma-separated list of HTTP status codes; the
+// gateway checks which codes may be bans.
+func parseStatuses(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a status code", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no status code")
+	}
+	return out, nil
 }
 
 // inClusterClient is how the gateway pod reaches the API server.

@@ -119,6 +119,9 @@ func TestRunGatewayRefuses(t *testing.T) {
 		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
 		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{envPodNamespace: "ns"}},
 		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{envPodNamespace: "ns"}},
+		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
+		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
+		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
 	} {
 		err := serveGateway(context.Background(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"), proxyEnv(tc.env), none, logr.Discard(), nil)
 		if err == nil {

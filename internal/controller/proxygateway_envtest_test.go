@@ -82,7 +82,7 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 		t.Errorf("container: image %q args %q readiness %v", c.Image, c.Args, c.ReadinessProbe)
 	}
 	// The API server's defaults of the limits reach the pods as flags.
-	for _, flag := range []string{"--max-per-member=128", "--max-attempts=3", "--eject-after=3", "--eject-for=30s"} {
+	for _, flag := range []string{"--max-per-member=128", "--max-attempts=3", "--eject-after=3", "--eject-for=30s", "--ban-statuses=429", "--ban-for=300s"} {
 		if !slices.Contains(c.Args, flag) {
 			t.Errorf("container args %q; want %s", c.Args, flag)
 		}
@@ -196,3 +196,33 @@ func toJSON(v any) string {
 }
 
 func apiEqual(a, b any) bool { return equality.Semantic.DeepEqual(a, b) }
+
+// TestAPIServerValidatesGatewayBans: ban statuses are a destination's 4xx
+// or 5xx answers, never a member's failures (407, 502, 503), and a short
+// list; the API server says which.
+func TestAPIServerValidatesGatewayBans(t *testing.T) {
+	ns := newNamespace(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		reason   string
+		statuses []int32
+		seconds  int32
+		want     string // "" for accepted
+	}{
+		{"429 and 403, the documented choice", []int32{429, 403}, 600, ""},
+		{"a member's 502 is failover's, not a ban", []int32{429, 502}, 0, "407, 502 and 503 are a member's failures"},
+		{"a member's 407 neither", []int32{407}, 0, "407, 502 and 503 are a member's failures"},
+		{"not an error answer", []int32{200}, 0, "should be greater than or equal to 400"},
+		{"a ban longer than a day", nil, 86401, "spec.banSeconds"},
+	} {
+		gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bans-"},
+			Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}, BanStatuses: tc.statuses, BanSeconds: tc.seconds}}
+		err := k8s.Create(ctx, gw)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v; want it accepted", tc.reason, err)
+		case tc.want != "" && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v; want Invalid saying %q", tc.reason, err, tc.want)
+		}
+	}
+}

@@ -186,7 +186,7 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 	}}
 }
 
-// gatewayLimitArgs are the failover and limit flags of the gateway
+// gatewayLimitArgs are the failover, limit and ban flags of the gateway
 // subcommand; a field left zero (an object the API server did not default,
 // in tests) leaves the subcommand's default.
 func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
@@ -201,10 +201,18 @@ func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
 		{"--max-attempts", gw.Spec.MaxAttempts, ""},
 		{"--eject-after", gw.Spec.EjectAfter, ""},
 		{"--eject-for", gw.Spec.EjectSeconds, "s"},
+		{"--ban-for", gw.Spec.BanSeconds, "s"},
 	} {
 		if f.value > 0 {
 			args = append(args, f.flag+"="+strconv.Itoa(int(f.value))+f.unit)
 		}
+	}
+	if len(gw.Spec.BanStatuses) > 0 {
+		codes := make([]string, 0, len(gw.Spec.BanStatuses))
+		for _, c := range gw.Spec.BanStatuses {
+			codes = append(codes, strconv.Itoa(int(c)))
+		}
+		args = append(args, "--ban-statuses="+strings.Join(codes, ","))
 	}
 	return args
 }

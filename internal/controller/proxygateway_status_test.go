@@ -56,7 +56,7 @@ func TestComputeGatewayStatus(t *testing.T) {
 	}
 }
 
-// TestGatewayLimitArgs: the failover and limit fields reach the gateway
+// TestGatewayLimitArgs: the failover, limit and ban fields reach the gateway
 // subcommand as its flags; a field the API server did not default leaves
 // the subcommand's default.
 func TestGatewayLimitArgs(t *testing.T) {
@@ -65,8 +65,11 @@ func TestGatewayLimitArgs(t *testing.T) {
 		spec   crawlv1alpha1.ProxyGatewaySpec
 		want   []string
 	}{
-		{"the API server's defaults", crawlv1alpha1.ProxyGatewaySpec{MaxConcurrentPerMember: 128, MaxAttempts: 3, EjectAfter: 3, EjectSeconds: 30},
-			[]string{"--max-per-member=128", "--max-attempts=3", "--eject-after=3", "--eject-for=30s"}},
+		{"the API server's defaults", crawlv1alpha1.ProxyGatewaySpec{MaxConcurrentPerMember: 128, MaxAttempts: 3, EjectAfter: 3, EjectSeconds: 30,
+			BanStatuses: []int32{429}, BanSeconds: 300},
+			[]string{"--max-per-member=128", "--max-attempts=3", "--eject-after=3", "--eject-for=30s", "--ban-for=300s", "--ban-statuses=429"}},
+		{"403 a ban too, a longer ban", crawlv1alpha1.ProxyGatewaySpec{BanStatuses: []int32{429, 403}, BanSeconds: 3600},
+			[]string{"--ban-for=3600s", "--ban-statuses=429,403"}},
 		{"a rate per member and host, failover off", crawlv1alpha1.ProxyGatewaySpec{MaxConcurrentPerMember: 8, MemberHostRequestsPerMinute: 30, MaxAttempts: 1, EjectAfter: 5, EjectSeconds: 120},
 			[]string{"--max-per-member=8", "--member-host-requests-per-minute=30", "--max-attempts=1", "--eject-after=5", "--eject-for=120s"}},
 		{"nothing set: the subcommand's defaults", crawlv1alpha1.ProxyGatewaySpec{}, nil},

@@ -270,6 +270,7 @@ func peekBuffered(br *bufio.Reader) []byte {
 // to run, holding a slot that the caller releases once it ended, or nil
 // after a refusal.
 func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, early []byte, x *exchange) *tunnel {
+	ctx = context.WithValue(ctx, exchangeKey{}, x)
 	if h.upstream != nil {
 		ctx = context.WithValue(ctx, tunnelHeaderKey{}, h.upstream)
 	}

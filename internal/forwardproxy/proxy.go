@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -294,6 +295,9 @@ type exchange struct {
 	conn net.Conn
 	// proxyStatus is the Proxy's name for Proxy-Status, "" for none.
 	proxyStatus string
+	// fields are the Upstream's own access log fields (AccessField).
+	fieldsMu sync.Mutex
+	fields   []any
 }
 
 // refusal is an answer other than 200, with at most one header of its own
@@ -454,6 +458,9 @@ func (p *Proxy) finish(x *exchange) {
 		if x.err != nil {
 			kv = append(kv, "error", x.err.Error())
 		}
+		x.fieldsMu.Lock()
+		kv = append(kv, x.fields...)
+		x.fieldsMu.Unlock()
 		p.access.Info("request", kv...)
 	}
 }

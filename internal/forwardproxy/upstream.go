@@ -57,6 +57,21 @@ func TunnelHeader(ctx context.Context) http.Header {
 	return h
 }
 
+// AccessField adds key=value to the access log line of the request or
+// tunnel whose context ctx is (the one RoundTrip's request carries, or
+// DialTunnel's): an Upstream says there what it did (a gateway names the
+// member it used). value must hold no credential. Outside a request it does
+// nothing.
+func AccessField(ctx context.Context, key, value string) {
+	x, ok := ctx.Value(exchangeKey{}).(*exchange)
+	if !ok {
+		return
+	}
+	x.fieldsMu.Lock()
+	defer x.fieldsMu.Unlock()
+	x.fields = append(x.fields, key, value)
+}
+
 // RefusedError is an Upstream's refusal with its own answer: Code and
 // Message (a sentence for the client, which must name no secret), with one
 // header when Header is set. Err, when set, is the cause, for the access

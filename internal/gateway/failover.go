@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -196,6 +197,9 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 	if err != nil {
 		return nil, err
 	}
+	if candidates, err = g.withoutBanned(candidates, host); err != nil {
+		return nil, err
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		// The Transport closes the body of a request whose dial failed;
 		// the server closes it when the request ends, so that the next
@@ -208,7 +212,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodHTTP)
 		if m == nil {
 			if last != nil {
-				return g.giveUp(last)
+				return g.giveUp(req.Context(), last)
 			}
 			return nil, limitRefusal(wait)
 		}
@@ -218,16 +222,33 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		}
 		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
 		f := classify(resp, err)
+		if f == nil && g.isBanStatus(resp.StatusCode) {
+			// The member works; the destination refuses its address.
+			// Another member may take an idempotent request without a
+			// body: nothing reached the client yet.
+			g.succeeded(m)
+			attemptEvent(req.Context(), m, "ban-status-"+strconv.Itoa(resp.StatusCode))
+			g.banned(req.Context(), m, host, "status-"+strconv.Itoa(resp.StatusCode))
+			attempts++
+			last = &failedAttempt{m: m, resp: resp, release: release}
+			if attempts >= g.maxAttempts || !idempotent(req) || (req.Body != nil && req.Body != http.NoBody) {
+				return g.giveUp(req.Context(), last)
+			}
+			continue
+		}
 		if f == nil {
 			g.succeeded(m)
+			attemptEvent(req.Context(), m, "ok")
+			forwardproxy.AccessField(req.Context(), "member", m.String())
 			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 			return resp, nil
 		}
+		attemptEvent(req.Context(), m, f.cause)
 		g.failed(m, f)
 		attempts++
 		last = &failedAttempt{m: m, resp: resp, err: err, release: release}
 		if attempts >= g.maxAttempts || !retryable(req, f) {
-			return g.giveUp(last)
+			return g.giveUp(req.Context(), last)
 		}
 	}
 }
@@ -250,8 +271,8 @@ func (a *failedAttempt) discard() {
 	a.release()
 }
 
-// giveUp answers with the last failed attempt.
-func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
+// giveUp answers with the last failed attempt; ctx is the request's.
+func (g *Gateway) giveUp(ctx context.Context, a *failedAttempt) (*http.Response, error) {
 	switch {
 	case a.resp == nil:
 		a.release()
@@ -266,6 +287,7 @@ func (g *Gateway) giveUp(a *failedAttempt) (*http.Response, error) {
 	}
 	// The member's answer, passed on: the gateway adds its own member to
 	// Proxy-Status, which says what it received and names no next hop.
+	forwardproxy.AccessField(ctx, "member", a.m.String())
 	a.resp.Header.Add(forwardproxy.ProxyStatusHeader, g.name+"; received-status="+strconv.Itoa(a.resp.StatusCode))
 	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release}
 	return a.resp, nil

@@ -44,8 +44,8 @@ func (f *failingMember) entry() gateway.Entry {
 	return gateway.Entry{Name: f.name, URL: f.url, Provider: "lab", Zone: "rack-a", EgressIP: "127.0.0.99"}
 }
 
-// metric returns the value of the counter name with labels on reg, 0 when
-// it is not there.
+// metric returns the value of the counter or gauge name with labels on
+// reg (their sum over the other labels), 0 when it is not there.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -68,7 +68,7 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 					continue next
 				}
 			}
-			sum += m.GetCounter().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return sum

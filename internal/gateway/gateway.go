@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
@@ -84,6 +87,14 @@ type Config struct {
 	// HostBurst (zero: the rate rounded up).
 	HostRate  float64
 	HostBurst int
+	// BanStatuses are the destination answers to a plain request that
+	// mean it banned the member (bans.go); empty means
+	// DefaultBanStatuses. 407, 502 and 503 are a member's failures, not
+	// bans.
+	BanStatuses []int
+	// BanFor is how long a banned member stays away from the host; zero
+	// means DefaultBanFor.
+	BanFor time.Duration
 	// Name is the gateway's name in Proxy-Status; empty means
 	// DefaultName.
 	Name string
@@ -94,6 +105,8 @@ type Config struct {
 	Log logr.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Tracer, when set, gets a span per request and tunnel (tracing.go).
+	Tracer trace.Tracer
 }
 
 // Gateway is the forwardproxy.Upstream of a pool gateway: it checks the
@@ -111,10 +124,14 @@ type Gateway struct {
 	maxAttempts, ejectAfter, maxPerMember int
 	ejectFor                              time.Duration
 	rates                                 *rateLimiter // nil without a HostRate
+	bans                                  *banTable
+	banStatuses                           []int
+	banFor                                time.Duration
 	name                                  string
 	metrics                               *Metrics
 	log                                   logr.Logger
 	now                                   func() time.Time
+	tracer                                trace.Tracer
 }
 
 var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
@@ -137,15 +154,22 @@ func New(cfg Config) (*Gateway, error) {
 	default:
 		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
 	}
-	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 {
-		return nil, errors.New("gateway: attempts, ejection bound, cool-down and limits must not be negative")
+	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 || cfg.BanFor < 0 {
+		return nil, errors.New("gateway: attempts, ejection bound, cool-downs and limits must not be negative")
+	}
+	if err := checkBanStatuses(cfg.BanStatuses); err != nil {
+		return nil, err
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
 	}
 	g := &Gateway{members: cfg.Members, strategy: cfg.Strategy, dial: orDefault(cfg.DialTimeout, DefaultDialTimeout),
 		maxAttempts: cfg.MaxAttempts, ejectAfter: cfg.EjectAfter, ejectFor: orDefault(cfg.EjectFor, DefaultEjectFor),
-		maxPerMember: cfg.MaxPerMember, name: cfg.Name, metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now}
+		maxPerMember: cfg.MaxPerMember, name: cfg.Name, metrics: cfg.Metrics, log: cfg.Log, now: cfg.Now,
+		bans: newBanTable(maxBanKeys), banStatuses: slices.Clone(cfg.BanStatuses), banFor: orDefault(cfg.BanFor, DefaultBanFor)}
+	if len(g.banStatuses) == 0 {
+		g.banStatuses = DefaultBanStatuses
+	}
 	if g.maxPerMember == 0 {
 		g.maxPerMember = DefaultMaxPerMember
 	}
@@ -160,6 +184,13 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.now == nil {
 		g.now = time.Now
+	}
+	g.tracer = cfg.Tracer
+	if g.tracer == nil {
+		g.tracer = noop.NewTracerProvider().Tracer("")
+	}
+	if g.metrics != nil {
+		g.metrics.watchBans(g.bans, g.now)
 	}
 	if cfg.Username != "" {
 		g.auth = &credentials{user: sha256.Sum256([]byte(cfg.Username)), pass: sha256.Sum256([]byte(cfg.Password)), userLen: len(cfg.Username)}
@@ -290,17 +321,33 @@ func (g *Gateway) choose(candidates []*Member) *Member {
 // RoundTrip implements forwardproxy.Upstream: the request goes through one
 // member.
 func (g *Gateway) RoundTrip(req *http.Request) (*http.Response, error) {
+	ctx, span := g.startSpan(req.Context(), "gateway.request", req.Method, req.URL.Host, req.Header)
+	rt, resp, err := g.roundTripWithHeaders(req.WithContext(ctx))
+	endSpan(span, rt, resp, err)
+	return resp, err
+}
+
+// roundTripWithHeaders is RoundTrip once the span started: the gateway's
+// headers, the ban reports, then the members.
+func (g *Gateway) roundTripWithHeaders(req *http.Request) (*route, *http.Response, error) {
 	rt, _ := req.Context().Value(routeKey{}).(*route)
-	if values := req.Header.Values(SessionHeader); len(values) > 0 {
-		// The header is the gateway's: it never reaches the destination.
-		var err error
-		if rt, err = rt.withSessionHeader(values); err != nil {
-			return nil, err
-		}
+	sessions, banValues := req.Header.Values(SessionHeader), req.Header.Values(BanHeader)
+	if len(sessions) > 0 || len(banValues) > 0 {
+		// The headers are the gateway's: they never reach the
+		// destination.
 		req = req.Clone(req.Context())
 		req.Header.Del(SessionHeader)
+		req.Header.Del(BanHeader)
 	}
-	return g.roundTrip(req, rt)
+	rt, reps, err := withHeaders(rt, sessions, banValues)
+	if err != nil {
+		return rt, nil, err
+	}
+	if err := g.applyReports(req.Context(), rt, reps); err != nil {
+		return rt, nil, err
+	}
+	resp, err := g.roundTrip(req, rt)
+	return rt, resp, err
 }
 
 // withMember is ctx naming the member the Transport sends to.
@@ -311,28 +358,54 @@ func withMember(ctx context.Context, m *Member) context.Context {
 // TunnelHeaders implements forwardproxy.TunnelHeaderReader: the session
 // header is read on CONNECT too. The gateway writes its own CONNECT to the
 // member, so the header never goes further.
-func (g *Gateway) TunnelHeaders() []string { return []string{SessionHeader} }
+func (g *Gateway) TunnelHeaders() []string { return []string{SessionHeader, BanHeader} }
+
+// withHeaders is rt with the session of the session header, if any, and
+// the ban reports of the username and the ban header.
+func withHeaders(rt *route, sessions, banValues []string) (*route, []banReport, error) {
+	if len(sessions) > 0 {
+		var err error
+		if rt, err = rt.withSessionHeader(sessions); err != nil {
+			return nil, nil, err
+		}
+	}
+	reps, err := reports(rt, banValues)
+	return rt, reps, err
+}
 
 // DialTunnel implements forwardproxy.Upstream: a CONNECT through one
 // member.
 func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, error) {
+	ctx, span := g.startSpan(ctx, "gateway.tunnel", MethodConnect, target, nil)
+	rt, c, err := g.dialTunnel(ctx, target)
+	endSpan(span, rt, nil, err)
+	return c, err
+}
+
+// dialTunnel is DialTunnel once the span started.
+func (g *Gateway) dialTunnel(ctx context.Context, target string) (*route, net.Conn, error) {
 	if strings.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
+		return nil, nil, &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "CONNECT needs a host:port target"}
 	}
 	rt, _ := ctx.Value(routeKey{}).(*route)
-	if values := forwardproxy.TunnelHeader(ctx).Values(SessionHeader); len(values) > 0 {
-		var err error
-		if rt, err = rt.withSessionHeader(values); err != nil {
-			return nil, err
-		}
+	th := forwardproxy.TunnelHeader(ctx)
+	rt, reps, err := withHeaders(rt, th.Values(SessionHeader), th.Values(BanHeader))
+	if err != nil {
+		return rt, nil, err
+	}
+	if err := g.applyReports(ctx, rt, reps); err != nil {
+		return rt, nil, err
 	}
 	host, err := destHost(target)
 	if err != nil {
-		return nil, err
+		return rt, nil, err
 	}
 	candidates, err := g.eligible(rt)
 	if err != nil {
-		return nil, err
+		return rt, nil, err
+	}
+	if candidates, err = g.withoutBanned(candidates, host); err != nil {
+		return rt, nil, err
 	}
 	// The client gets no byte before the tunnel is open, so every failed
 	// attempt may go to another member.
@@ -343,9 +416,9 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodConnect)
 		if m == nil {
 			if last != nil {
-				return nil, last
+				return rt, nil, last
 			}
-			return nil, limitRefusal(wait)
+			return rt, nil, limitRefusal(wait)
 		}
 		if last != nil {
 			g.retried(lastMember, MethodConnect)
@@ -353,18 +426,21 @@ func (g *Gateway) DialTunnel(ctx context.Context, target string) (net.Conn, erro
 		c, err := g.connect(ctx, m, target)
 		if err == nil {
 			g.succeeded(m)
-			return c.withRelease(release), nil
+			attemptEvent(ctx, m, "ok")
+			forwardproxy.AccessField(ctx, "member", m.String())
+			return rt, c.withRelease(release), nil
 		}
 		release()
 		f, ok := errors.AsType[*attemptError](err)
 		if !ok {
-			return nil, err
+			return rt, nil, err
 		}
+		attemptEvent(ctx, m, f.cause)
 		g.failed(m, f)
 		attempts++
 		last, lastMember = err, m
 		if !f.member || attempts >= g.maxAttempts || ctx.Err() != nil {
-			return nil, err
+			return rt, nil, err
 		}
 	}
 }

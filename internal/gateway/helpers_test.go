@@ -253,11 +253,53 @@ func get(c *http.Client, u string, header http.Header) (int, string, http.Header
 	return resp.StatusCode, string(b), resp.Header, err
 }
 
+// originOn serves handler on ip (a loopback address): another destination
+// host than 127.0.0.1's origins. It returns the origin's URL.
+func originOn(t *testing.T, ip string, handler http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := httptest.NewUnstartedServer(handler)
+	_ = s.Listener.Close()
+	s.Listener = ln
+	s.Start()
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// clock is a time the test moves.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
 // tcpEcho is a TCP server on 127.0.0.1 that first writes the caller's
 // address and a newline, then echoes: through a tunnel, it names the member.
 func tcpEcho(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return tcpEchoOn(t, "127.0.0.1")
+}
+
+// tcpEchoOn is tcpEcho on ip.
+func tcpEchoOn(t *testing.T, ip string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,6 +166,8 @@ type lru[K comparable, V any] struct {
 	size  int
 	order *list.List // front: most recently used; of lruEntry
 	items map[K]*list.Element
+	// onRemove, when set, sees every entry it forgets.
+	onRemove func(K, V)
 }
 
 type lruEntry[K comparable, V any] struct {
@@ -195,10 +197,35 @@ func (c *lru[K, V]) put(k K, v V) {
 	}
 	c.items[k] = c.order.PushFront(lruEntry[K, V]{k, v})
 	for c.order.Len() > c.size {
-		oldest := c.order.Back()
-		c.order.Remove(oldest)
-		ent, _ := oldest.Value.(lruEntry[K, V])
-		delete(c.items, ent.key)
+		c.drop(c.order.Back())
+	}
+}
+
+// peek is get without making k the most recently used: a read that
+// changes nothing.
+func (c *lru[K, V]) peek(k K) (V, bool) {
+	if e, ok := c.items[k]; ok {
+		ent, _ := e.Value.(lruEntry[K, V])
+		return ent.val, true
+	}
+	var zero V
+	return zero, false
+}
+
+func (c *lru[K, V]) drop(e *list.Element) {
+	c.order.Remove(e)
+	ent, _ := e.Value.(lruEntry[K, V])
+	delete(c.items, ent.key)
+	if c.onRemove != nil {
+		c.onRemove(ent.key, ent.val)
+	}
+}
+
+// each calls fn with every entry, the most recently used first.
+func (c *lru[K, V]) each(fn func(K, V)) {
+	for e := c.order.Front(); e != nil; e = e.Next() {
+		ent, _ := e.Value.(lruEntry[K, V])
+		fn(ent.key, ent.val)
 	}
 }
 

@@ -68,3 +68,57 @@ func TestRateLimiterBounds(t *testing.T) {
 		t.Errorf("after %d pairs the limiter keeps %d; want its bound, %d", maxRateKeys+100, n, maxRateKeys)
 	}
 }
+
+// TestBanTableBounds: the ban table keeps at most its size of (member,
+// host) bans, forgets the oldest first, keeps its per-host index equal to
+// what it holds, and ends bans on time.
+func TestBanTableBounds(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	a, b := &Member{Pool: "p", Name: "a", id: 1}, &Member{Pool: "p", Name: "b", id: 2}
+	tb := newBanTable(3)
+	tb.add(a, "x.org", t0.Add(time.Minute))
+	tb.add(b, "x.org", t0.Add(2*time.Minute))
+	tb.add(a, "y.org", t0.Add(3*time.Minute))
+	tb.add(a, "x.org", t0.Add(30*time.Second)) // shorter: the ban stays as long, and is now the newest
+	tb.add(b, "z.org", t0.Add(time.Minute))    // forgets (b, x.org), the oldest
+	names := func(ms []*Member) (out []string) {
+		for _, m := range ms {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	var got []string
+	for _, host := range []string{"x.org", "y.org", "z.org", "w.org"} {
+		allowed, _ := tb.allowed([]*Member{a, b}, host, t0)
+		got = append(got, fmt.Sprint(host, " ", names(allowed)))
+	}
+	later, _ := tb.allowed([]*Member{a, b}, "x.org", t0.Add(time.Minute))
+	got = append(got, fmt.Sprint("x.org at its end ", names(later)))
+	want := []string{"x.org [b]", "y.org [b]", "z.org [a]", "w.org [a b]", "x.org at its end [a b]"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("allowed (-want +got):\n%s", diff)
+	}
+	none, until := tb.allowed([]*Member{a}, "y.org", t0)
+	if len(none) != 0 || until != t0.Add(3*time.Minute) {
+		t.Errorf("every candidate banned: %v until %v; want none until the ban's end", names(none), until.Sub(t0))
+	}
+	if diff := cmp.Diff(map[string]int{"x.org": 1, "y.org": 1, "z.org": 1}, tb.perHost); diff != "" {
+		t.Errorf("the per-host index (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]map[string]int{{"p": 3}, {"p": 1}}, []map[string]int{tb.active(t0), tb.active(t0.Add(90 * time.Second))}); diff != "" {
+		t.Errorf("active bans at 0 and 90s (-want +got):\n%s", diff)
+	}
+
+	big := newBanTable(maxBanKeys)
+	for i := range maxBanKeys + 100 {
+		big.add(a, "h"+strconv.Itoa(i)+".example", t0.Add(time.Minute))
+		big.firstReport(uint64(i), "x.org", t0, t0.Add(time.Minute))
+	}
+	if big.bans.len() != maxBanKeys || len(big.perHost) != maxBanKeys || big.reports.len() != maxBanKeys {
+		t.Errorf("after %d bans and reports the table keeps %d bans over %d hosts and %d reports; want its bound, %d",
+			maxBanKeys+100, big.bans.len(), len(big.perHost), big.reports.len(), maxBanKeys)
+	}
+	if !big.firstReport(1<<40, "x.org", t0, t0.Add(time.Minute)) || big.firstReport(1<<40, "x.org", t0.Add(time.Second), t0.Add(time.Minute)) {
+		t.Error("a session's second report within the cool-down counted as a first")
+	}
+}

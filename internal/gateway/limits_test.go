@@ -142,27 +142,17 @@ func TestEveryMemberAtItsLimitGets429(t *testing.T) {
 func TestHostRateLimitsEachMemberAndHost(t *testing.T) {
 	ms := startMembers(t, 2)
 	one := ipEcho(t)
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	two := httptest.NewUnstartedServer(one.Config.Handler)
-	_ = two.Listener.Close()
-	two.Listener = ln
-	two.Start()
-	t.Cleanup(two.Close)
-	var mu sync.Mutex
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	two := originOn(t, "127.0.0.2", one.Config.Handler)
+	clk := newClock()
 	set := gateway.NewSet()
 	set.Update("crawl", entries(ms))
-	h := startGateway(t, gateway.Config{Members: set, HostRate: 1, HostBurst: 2, Now: clock})
+	h := startGateway(t, gateway.Config{Members: set, HostRate: 1, HostBurst: 2, Now: clk.Now})
 	c := h.client(t, gwUser)
 	var got []string
 	step := func(u string) {
 		code, body, hdr, _ := get(c, u, nil)
 		switch {
-		case code == http.StatusOK && u == two.URL:
+		case code == http.StatusOK && u == two:
 			got = append(got, "200 from either member") // its own bucket
 		case code == http.StatusOK:
 			got = append(got, "200 "+body)
@@ -173,10 +163,8 @@ func TestHostRateLimitsEachMemberAndHost(t *testing.T) {
 	for range 5 {
 		step(one.URL)
 	}
-	step(two.URL)
-	mu.Lock()
-	now = now.Add(time.Second)
-	mu.Unlock()
+	step(two)
+	clk.advance(time.Second)
 	step(one.URL)
 	step(one.URL)
 	step(one.URL)
@@ -190,7 +178,7 @@ func TestHostRateLimitsEachMemberAndHost(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("answers (-want +got):\n%s", diff)
 	}
-	if !strings.Contains(two.URL, "127.0.0.2") {
-		t.Fatalf("the second origin is on %s; want 127.0.0.2", two.URL)
+	if !strings.Contains(two, "127.0.0.2") {
+		t.Fatalf("the second origin is on %s; want 127.0.0.2", two)
 	}
 }

@@ -134,7 +134,7 @@ func (s *Set) Update(pool string, entries []Entry) {
 			st = &memberState{}
 			s.states[key] = st
 		}
-		members = append(members, &Member{Pool: pool, Name: e.Name, Provider: e.Provider, Zone: e.Zone, EgressIP: e.EgressIP, target: target, state: st, id: hash64(pool + "/" + e.Name)})
+		members = append(members, &Member{Pool: pool, Name: e.Name, Provider: e.Provider, Zone: e.Zone, EgressIP: e.EgressIP, target: target, state: st, id: published.MemberKey(pool, e.Name)})
 	}
 	if len(members) == 0 {
 		delete(s.pools, pool)

@@ -1,6 +1,11 @@
 package gateway
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Values of the method label.
 const (
@@ -19,6 +24,8 @@ type Metrics struct {
 	ejections *prometheus.CounterVec
 	limited   *prometheus.CounterVec
 	members   *prometheus.GaugeVec
+	bans      *prometheus.CounterVec
+	active    *activeBans
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -49,10 +56,46 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Members the gateway may send to, by pool.",
 		}, []string{"pool"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members} {
+	m.bans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "egress_proxies", Name: "gateway_bans_total",
+		Help: "Times a member was banned from a destination host for a cool-down, by pool, member and cause (status-<code>: the destination's answer; report-header, report-username: a crawler's report).",
+	}, []string{"pool", "member", "cause"})
+	m.active = &activeBans{desc: prometheus.NewDesc("egress_proxies_gateway_bans_active",
+		"(member, destination host) bans in force in this gateway pod, by pool.", []string{"pool"}, nil)}
+	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members, m.bans, m.active} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// activeBans is the gauge of the bans in force, counted from a Gateway's
+// ban table when scraped: bans end by time, not by an event.
+type activeBans struct {
+	desc  *prometheus.Desc
+	mu    sync.Mutex
+	table *banTable
+	now   func() time.Time
+}
+
+// watchBans makes the gauge count t's bans at now's time.
+func (m *Metrics) watchBans(t *banTable, now func() time.Time) {
+	m.active.mu.Lock()
+	defer m.active.mu.Unlock()
+	m.active.table, m.active.now = t, now
+}
+
+func (a *activeBans) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
+
+func (a *activeBans) Collect(ch chan<- prometheus.Metric) {
+	a.mu.Lock()
+	t, now := a.table, a.now
+	a.mu.Unlock()
+	if t == nil {
+		return
+	}
+	for pool, n := range t.active(now()) {
+		ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, float64(n), pool)
+	}
 }

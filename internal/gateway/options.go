@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
@@ -15,12 +16,16 @@ import (
 // with dash-separated options after its username, the form hosted proxy
 // services use:
 //
-//	<user>-session-<id>[-sesstime-<minutes>][-zone-<zone>][-provider-<entry>]
+//	<user>-session-<id>[-sesstime-<minutes>][-zone-<zone>][-provider-<entry>][-ban-<host>]
+//
+// ban, a ban report (bans.go), comes last: its value is the rest of the
+// username, dashes and all, so that any host name reads back whole.
 const (
 	optSession  = "session"
 	optSesstime = "sesstime"
 	optZone     = "zone"
 	optProvider = "provider"
+	optBan      = "ban"
 )
 
 // SessionHeader carries a session id on a plain request or a CONNECT, in
@@ -30,7 +35,7 @@ const SessionHeader = "X-Gateway-Session"
 // Bounds of the options.
 const (
 	// MaxSessionID is the longest session id.
-	MaxSessionID = 64
+	MaxSessionID = published.MaxSessionID
 	// MaxSessionMinutes is the longest sesstime (a day).
 	MaxSessionMinutes = 1440
 	// maxUsername bounds the whole username, options included.
@@ -43,6 +48,7 @@ type route struct {
 	ttl      time.Duration // 0: the session lasts while its member serves
 	zone     string        // "" for any
 	provider string        // "" for any
+	ban      string        // the host of a ban report, "" for none
 }
 
 // badOption is the 400 for a username option the gateway cannot honour.
@@ -73,6 +79,14 @@ func parseOptions(rest string) (*route, error) {
 			return nil, badOption("option %s is given twice", printable(key))
 		}
 		seen[key] = true
+		if key == optBan {
+			host, err := parseBanHost(strings.Join(tokens[i+1:], "-"))
+			if err != nil {
+				return nil, err
+			}
+			rt.ban = host
+			break
+		}
 		j := i + 1
 		for j < len(tokens) && (key == optZone || key == optProvider) && !isOption(tokens[j]) {
 			j++
@@ -114,18 +128,16 @@ func parseOptions(rest string) (*route, error) {
 	return rt, nil
 }
 
-const optionList = "session, sesstime, zone and provider"
+const optionList = "session, sesstime, zone, provider and ban (last)"
 
 func isOption(s string) bool {
-	return s == optSession || s == optSesstime || s == optZone || s == optProvider
+	return s == optSession || s == optSesstime || s == optZone || s == optProvider || s == optBan
 }
 
 // checkSessionID bounds a session id: letters, digits and underscores, at
 // most MaxSessionID of them.
 func checkSessionID(id string) error {
-	if id == "" || len(id) > MaxSessionID || strings.ContainsFunc(id, func(r rune) bool {
-		return r != '_' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
-	}) {
+	if !published.ValidSessionID(id) {
 		return badOption("a session id is 1 to %d letters, digits or underscores", MaxSessionID)
 	}
 	return nil

@@ -147,7 +147,7 @@ func TestBadOptionsAreRefused(t *testing.T) {
 	for _, tc := range []struct {
 		reason, user, want string
 	}{
-		{"an unknown option", gwUser + "-country-us", `unknown option "country"; options are session, sesstime, zone and provider`},
+		{"an unknown option", gwUser + "-country-us", `unknown option "country"; options are session, sesstime, zone, provider and ban (last)`},
 		{"an option without a value", gwUser + "-session", "has no value"},
 		{"an empty value", gwUser + "-session--zone-rack-a", "has no value"},
 		{"an unknown zone", gwUser + "-zone-rack-z", `no member in zone "rack-z"; zones are rack-a, rack-b`},

@@ -40,7 +40,7 @@ func NewCommand(streams genericclioptions.IOStreams) *cobra.Command {
 	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Look in every namespace (status).")
-	root.AddCommand(o.statusCommand(), o.urlCommand(), o.rotateCommand(), o.retryCommand(), o.releaseCommand())
+	root.AddCommand(o.statusCommand(), o.urlCommand(), o.rotateCommand(), o.retryCommand(), o.releaseCommand(), o.sessionsCommand())
 	return root
 }
 

@@ -144,18 +144,26 @@ func listError(what string, err error) error {
 	return fmt.Errorf("listing %s: %w (is egress-proxies-operator installed, and may you list %s?)", what, err, what)
 }
 
-func printReport(w io.Writer, r *Report, output string) error {
+// encode writes v as -o json or -o yaml asks; false for another output.
+func encode(w io.Writer, v any, output string) (bool, error) {
 	switch output {
 	case "json":
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return true, enc.Encode(v)
 	case "yaml":
-		data, err := yaml.Marshal(r)
+		data, err := yaml.Marshal(v)
 		if err != nil {
-			return err
+			return true, err
 		}
 		_, err = w.Write(data)
+		return true, err
+	}
+	return false, nil
+}
+
+func printReport(w io.Writer, r *Report, output string) error {
+	if done, err := encode(w, r, output); done {
 		return err
 	}
 	wide := output == "wide"
