@@ -47,6 +47,9 @@ func helm(ctx context.Context, c *kubelab.Cluster, args ...string) (string, erro
 // the Proxy's pod stays), and uninstalls it: the operator goes, the CRDs
 // and the ownership key stay, as "What an uninstall keeps" promises.
 func TestHelmInstall(t *testing.T) {
+	// The tier's clusters run side by side, each in a slot of its own
+	// (kubelab): most of each test is waiting on its cluster.
+	t.Parallel()
 	c := tierCluster(t)
 	ctx := t.Context()
 	root, err := kubelab.RepoRoot()

@@ -164,6 +164,9 @@ func TestMain(m *testing.M) {
 }
 
 func TestShippedInstall(t *testing.T) {
+	// The tier's clusters run side by side, each in a slot of its own
+	// (kubelab): most of each test is waiting on its cluster.
+	t.Parallel()
 	c := tierCluster(t)
 	ctx := t.Context()
 	work := t.TempDir()

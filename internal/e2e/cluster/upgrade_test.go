@@ -96,6 +96,9 @@ func untar(r io.Reader, dir string) error {
 // deploys this commit the same way: the Proxy keeps its instance and its
 // pod, and still serves; a new Proxy serves too.
 func TestUpgradeFromThePreviousCommit(t *testing.T) {
+	// The tier's clusters run side by side, each in a slot of its own
+	// (kubelab): most of each test is waiting on its cluster.
+	t.Parallel()
 	root, err := kubelab.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
