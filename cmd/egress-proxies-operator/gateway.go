@@ -52,6 +52,7 @@ type gatewayOptions struct {
 	hostPerMinute       int
 	banStatuses         string
 	banFor              time.Duration
+	accessLog           bool
 }
 
 // runGateway runs `egress-proxies-operator gateway`, a pool gateway (see
@@ -88,6 +89,7 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	fs.IntVar(&o.maxPerMember, "max-per-member", gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
 	fs.IntVar(&o.hostPerMinute, "member-host-requests-per-minute", 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
 	fs.StringVar(&o.banStatuses, "ban-statuses", "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
+	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
 	fs.DurationVar(&o.banFor, "ban-for", gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -157,8 +159,12 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
-	p, err := gateway.NewProxy(g, gateway.ProxyOptions{AllowedSourceRanges: ranges, MaxConcurrent: o.maxConcurrent,
-		IdleTimeout: o.idleTimeout, Metrics: fm, Log: log.WithName("forward")})
+	po := gateway.ProxyOptions{AllowedSourceRanges: ranges, MaxConcurrent: o.maxConcurrent,
+		IdleTimeout: o.idleTimeout, Metrics: fm, Log: log.WithName("forward")}
+	if o.accessLog {
+		po.AccessLog = log.WithName("access")
+	}
+	p, err := gateway.NewProxy(g, po)
 	if err != nil {
 		return err
 	}

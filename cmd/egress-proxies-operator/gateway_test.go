@@ -9,11 +9,13 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -48,6 +50,9 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	go func() { _ = forwardproxy.Serve(mctx, mln, member, 0) }()
 
 	cs := fake.NewClientset()
+	// The default level, as the operator's binary logs.
+	logs := &proxyLogBuffer{}
+	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{})
 	env := proxyEnv(map[string]string{envGatewayUsername: "ugw", envGatewayPassword: "gateway-password-123456", envPodNamespace: "crawlers"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -56,7 +61,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- serveGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
-			env, func() (kubernetes.Interface, error) { return cs, nil }, logr.Discard(),
+			env, func() (kubernetes.Interface, error) { return cs, nil }, log,
 			func(gw, admin net.Addr) { ready <- addrs{gw, admin} })
 	}()
 	var a addrs
@@ -102,6 +107,22 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	cancel()
 	if err := poll.Receive(t, proxyWait, "serveGateway to stop", done); err != nil {
 		t.Errorf("serveGateway after cancel: %v", err)
+	}
+	// The access log, on by default: the request's line at the default
+	// level, naming its member, and no credential anywhere in the log.
+	var lines []string
+	for line := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.HasPrefix(line, "access ") && strings.Contains(line, `"msg"="request"`) {
+			lines = append(lines, line)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], `"level"=0`) || !strings.Contains(lines[0], `"status"=200`) || !strings.Contains(lines[0], "crawl-a") {
+		t.Errorf("access lines %q; want one at level 0 with status 200 naming member crawl-a\n%s", lines, logs)
+	}
+	for _, secret := range []string{"gateway-password-123456", "member-password-123456"} {
+		if strings.Contains(logs.String(), secret) {
+			t.Errorf("the gateway's log holds a password")
+		}
 	}
 }
 

@@ -610,6 +610,10 @@ type ProxyOptions struct {
 	// Metrics and Log are the forward proxy's.
 	Metrics *forwardproxy.Metrics
 	Log     logr.Logger
+	// AccessLog, when set, gets one line per request and tunnel at its
+	// V(0) (forwardproxy.Config.AccessLog); otherwise they go to Log at
+	// V(1).
+	AccessLog logr.Logger
 }
 
 // NewProxy returns the forward proxy that serves g: everything in front of
@@ -621,7 +625,7 @@ func NewProxy(g *Gateway, o ProxyOptions) (*forwardproxy.Proxy, error) {
 	}
 	return forwardproxy.New(forwardproxy.Config{
 		Upstream: g, AllowedSourceRanges: o.AllowedSourceRanges, AllowOpen: o.AllowOpen,
-		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log, ProxyStatus: g.name,
+		MaxConcurrent: o.MaxConcurrent, IdleTimeout: o.IdleTimeout, Metrics: o.Metrics, Log: o.Log, AccessLog: o.AccessLog, ProxyStatus: g.name,
 		// The members apply their own egress policy, ports included; the
 		// gateway reaches no destination itself.
 		Egress: egress.Policy{ConnectPorts: []egress.PortRange{{From: 1, To: 65535}}},
