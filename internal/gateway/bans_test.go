@@ -85,11 +85,7 @@ func TestBanKeepsMemberAwayFromHost(t *testing.T) {
 	target := tcpEcho(t) // on the banning host too
 	set := gateway.NewSet()
 	set.Update("crawl", entries(ms))
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, gm := newMetrics(t)
 	clk := newClock()
 	h := startGateway(t, gateway.Config{Members: set, Metrics: gm, Now: clk.Now})
 	c := h.client(t, gwUser)
@@ -303,11 +299,7 @@ func TestBanReports(t *testing.T) {
 	origin := startBanningOrigin(t, "127.0.0.1", http.StatusTooManyRequests)
 	set := gateway.NewSet()
 	set.Update("crawl", entries(ms))
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, gm := newMetrics(t)
 	clk := newClock()
 	h := startGateway(t, gateway.Config{Members: set, Metrics: gm, Now: clk.Now, BanFor: time.Minute})
 	report := gateway.BanHeader + ": 127.0.0.1\r\n"
@@ -379,11 +371,7 @@ func TestBadBanReportsAreRefused(t *testing.T) {
 	target := tcpEcho(t)
 	set := gateway.NewSet()
 	set.Update("crawl", entries(ms))
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, gm := newMetrics(t)
 	h := startGateway(t, gateway.Config{Members: set, Metrics: gm})
 	long := strings.Repeat("a", 250) + ".example"
 	for _, tc := range []struct {

@@ -91,11 +91,7 @@ func TestFailoverHidesMemberFailures(t *testing.T) {
 	}
 	set := gateway.NewSet()
 	set.Update("crawl", append(entries(ms), bad.entry()))
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, gm := newMetrics(t)
 	// The cool-down outlasts the test: an ejected member must not come
 	// back within it.
 	h := startGateway(t, gateway.Config{Members: set, EjectAfter: 2, EjectFor: 10 * wait, Metrics: gm})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
@@ -273,6 +274,17 @@ func originOn(t *testing.T, ip string, handler http.Handler) string {
 type clock struct {
 	mu  sync.Mutex
 	now time.Time
+}
+
+// newMetrics registers the gateway's metrics in a registry of the test's.
+func newMetrics(t *testing.T) (*prometheus.Registry, *gateway.Metrics) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	gm, err := gateway.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, gm
 }
 
 func newClock() *clock { return &clock{now: time.Unix(1_700_000_000, 0)} }
