@@ -257,7 +257,7 @@ CHART         := charts/egress-proxies-operator
 HELM          := $(TOOLS) helm
 # What the chart reads with .Files: copies of config/, never edited by hand.
 CHART_FILES   := $(CHART)/files
-CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml
+CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml gateway_ban_editor_role.yaml
 
 .PHONY: chart-files
 chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts, dashboard and gateway PodMonitor from config/ into the chart (part of generate).

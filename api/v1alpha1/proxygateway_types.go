@@ -148,6 +148,57 @@ type ProxyGatewaySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	BanSeconds int32 `json:"banSeconds,omitempty"`
+
+	// bans are an administrator's bans of members from destination hosts
+	// (kubectl egress ban): every gateway pod watches this object and sends
+	// no request or tunnel to the host through the member until the ban
+	// expires, as for a ban it learned itself. An entry that expired is
+	// ignored (kubectl egress ban prunes them when it writes). At most 256.
+	// +optional
+	// +listType=map
+	// +listMapKey=pool
+	// +listMapKey=member
+	// +listMapKey=host
+	// +kubebuilder:validation:MaxItems=256
+	Bans []GatewayBan `json:"bans,omitempty"`
+}
+
+// GatewayBan keeps one member of a gateway away from one destination host
+// until it expires.
+type GatewayBan struct {
+	// pool is the ProxyPool of the member.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=50
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Pool string `json:"pool"`
+
+	// member is the member's name (the Proxy's name), as the pool's
+	// published list names it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	Member string `json:"member"`
+
+	// host is the destination host the member must not reach, in lower
+	// case and without a port (shop.example.com, 198.51.100.7, 2001:db8::1),
+	// as the gateway compares a request's host.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.:]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains(':') || isIP(self)",message="a host has no port: a name, an IPv4 or an IPv6 address (without brackets)"
+	Host string `json:"host"`
+
+	// expires is when the ban ends.
+	// +required
+	Expires metav1.Time `json:"expires"`
+
+	// reason says why, for whoever lists the bans; never a credential.
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	Reason string `json:"reason,omitempty"`
 }
 
 // ProxyGatewayStatus is what the operator observed of the gateway.

@@ -11,11 +11,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -37,6 +39,7 @@ const (
 type gatewayOptions struct {
 	listen, adminListen string
 	namespace, pools    string
+	gateway             string
 	strategy            string
 	allowedRanges       string
 	drain               time.Duration
@@ -59,13 +62,20 @@ type gatewayOptions struct {
 // internal/gateway), until ctx is done; then it drains and returns nil.
 // It reaches the API server as its pod's ServiceAccount.
 func runGateway(ctx context.Context, args []string, getenv func(string) string, log logr.Logger) error {
-	return serveGateway(ctx, args, getenv, inClusterClient, log, nil)
+	return serveGateway(ctx, args, getenv, inClusterClients, log, nil)
+}
+
+// gatewayClients are the API clients of the gateway subcommand: the member
+// watch's and the administrator's bans watch's.
+type gatewayClients struct {
+	core    kubernetes.Interface
+	dynamic dynamic.Interface
 }
 
 // serveGateway is runGateway; ready, when not nil, gets the gateway's and
 // the admin server's addresses once both listen.
-// client returns the API client the member watch uses.
-func serveGateway(ctx context.Context, args []string, getenv func(string) string, client func() (kubernetes.Interface, error),
+// client returns the API clients the watches use.
+func serveGateway(ctx context.Context, args []string, getenv func(string) string, client func() (gatewayClients, error),
 	log logr.Logger, ready func(gw, admin net.Addr),
 ) error {
 	var o gatewayOptions
@@ -74,6 +84,7 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	fs.StringVar(&o.listen, "listen", ":3128", "Address of the gateway.")
 	fs.StringVar(&o.adminListen, "admin-listen", ":9090", "Address of /healthz, /readyz (ready once there are members) and /metrics.")
 	fs.StringVar(&o.namespace, "namespace", getenv(envPodNamespace), "Namespace of the pools (default: $"+envPodNamespace+").")
+	fs.StringVar(&o.gateway, "gateway", "", "The ProxyGateway whose spec.bans (an administrator's bans, kubectl egress ban) the gateway honours; empty: none.")
 	fs.StringVar(&o.pools, "pools", "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
 	fs.StringVar(&o.strategy, "strategy", string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
 	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served; required without credentials.")
@@ -168,7 +179,7 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	if err != nil {
 		return err
 	}
-	cs, err := client()
+	clients, err := client()
 	if err != nil {
 		return fmt.Errorf("gateway: reaching the API server: %w", err)
 	}
@@ -194,7 +205,14 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		gateway.Watch(watchCtx, cs, o.namespace, pools, set, gm, log.WithName("watch"))
+		if o.gateway == "" {
+			gateway.Watch(watchCtx, clients.core, o.namespace, pools, set, gm, log.WithName("watch"))
+			return
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() { gateway.Watch(watchCtx, clients.core, o.namespace, pools, set, gm, log.WithName("watch")) })
+		wg.Go(func() { gateway.WatchAdminBans(watchCtx, clients.dynamic, o.namespace, o.gateway, g, log.WithName("bans")) })
+		wg.Wait()
 	}()
 	// The member watch and the admin server outlive the drain, so that
 	// draining tunnels keep their members and /metrics shows the drain.
@@ -260,11 +278,19 @@ func parseStatuses(s string) ([]int, error) {
 	return out, nil
 }
 
-// inClusterClient is how the gateway pod reaches the API server.
-func inClusterClient() (kubernetes.Interface, error) {
+// inClusterClients is how the gateway pod reaches the API server.
+func inClusterClients() (gatewayClients, error) {
 	rc, err := ctrl.GetConfig()
 	if err != nil {
-		return nil, err
+		return gatewayClients{}, err
 	}
-	return kubernetes.NewForConfig(rc)
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return gatewayClients{}, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return gatewayClients{}, err
+	}
+	return gatewayClients{core: core, dynamic: dyn}, nil
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
@@ -61,7 +60,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- serveGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
-			env, func() (kubernetes.Interface, error) { return cs, nil }, log,
+			env, func() (gatewayClients, error) { return gatewayClients{core: cs}, nil }, log,
 			func(gw, admin net.Addr) { ready <- addrs{gw, admin} })
 	}()
 	var a addrs
@@ -129,7 +128,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 // TestRunGatewayRefuses: bad flags and an open gateway are refused before
 // anything listens.
 func TestRunGatewayRefuses(t *testing.T) {
-	none := func() (kubernetes.Interface, error) { return fake.NewClientset(), nil }
+	none := func() (gatewayClients, error) { return gatewayClients{core: fake.NewClientset()}, nil }
 	for _, tc := range []struct {
 		reason string
 		args   []string

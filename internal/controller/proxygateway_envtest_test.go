@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -18,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -102,6 +104,10 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	want := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"crawl-proxies"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"crawl-proxies"}, Verbs: []string{"get"}},
+		{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxygateways"}, ResourceNames: []string{"front"}, Verbs: []string{"get", "list", "watch"}},
+	}
+	if !slices.Contains(c.Args, "--gateway=front") {
+		t.Errorf("container args %q; want --gateway=front (the administrator's bans)", c.Args)
 	}
 	if !apiEqual(role.Rules, want) {
 		t.Errorf("the gateway's Role: %+v; want %+v", role.Rules, want)
@@ -150,6 +156,7 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the gateway pod lists Secrets: %v; want Forbidden", err)
 	}
+	watchAdminBansAsThePod(t, podCfg, ns, set)
 
 	// A pod becomes ready: the gateway is Ready.
 	dep.Status = appsv1.DeploymentStatus{Replicas: 2, ReadyReplicas: 1, AvailableReplicas: 1, UpdatedReplicas: 2}
@@ -207,16 +214,24 @@ func TestAPIServerValidatesGatewayBans(t *testing.T) {
 		reason   string
 		statuses []int32
 		seconds  int32
+		admin    []crawlv1alpha1.GatewayBan
 		want     string // "" for accepted
 	}{
-		{"429 and 403, the documented choice", []int32{429, 403}, 600, ""},
-		{"a member's 502 is failover's, not a ban", []int32{429, 502}, 0, "407, 502 and 503 are a member's failures"},
-		{"a member's 407 neither", []int32{407}, 0, "407, 502 and 503 are a member's failures"},
-		{"not an error answer", []int32{200}, 0, "should be greater than or equal to 400"},
-		{"a ban longer than a day", nil, 86401, "spec.banSeconds"},
+		{"429 and 403, the documented choice", []int32{429, 403}, 600, nil, ""},
+		{"a member's 502 is failover's, not a ban", []int32{429, 502}, 0, nil, "407, 502 and 503 are a member's failures"},
+		{"a member's 407 neither", []int32{407}, 0, nil, "407, 502 and 503 are a member's failures"},
+		{"not an error answer", []int32{200}, 0, nil, "should be greater than or equal to 400"},
+		{"a ban longer than a day", nil, 86401, nil, "spec.banSeconds"},
+		{"an administrator's ban", nil, 0, []crawlv1alpha1.GatewayBan{adminBan("crawl-0", "shop.example.com"), adminBan("crawl-0", "2001:db8::1")}, ""},
+		{"a host with a port", nil, 0, []crawlv1alpha1.GatewayBan{adminBan("crawl-0", "shop.example.com:443")}, "spec.bans[0].host"},
+		{"a host in upper case (the gateway compares lower case)", nil, 0, []crawlv1alpha1.GatewayBan{adminBan("crawl-0", "Shop.example.com")}, "spec.bans[0].host"},
+		{"a host with a header's line break", nil, 0, []crawlv1alpha1.GatewayBan{adminBan("crawl-0", "a\r\nb")}, "spec.bans[0].host"},
+		{"a member that is not a name", nil, 0, []crawlv1alpha1.GatewayBan{adminBan("crawl/0", "shop.example.com")}, "spec.bans[0].member"},
+		{"the same pair twice", nil, 0, []crawlv1alpha1.GatewayBan{adminBan("crawl-0", "a.example"), adminBan("crawl-0", "a.example")}, "Duplicate value"},
+		{"more than 256 bans", nil, 0, manyBans(257), "spec.bans: Too many"},
 	} {
 		gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "bans-"},
-			Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}, BanStatuses: tc.statuses, BanSeconds: tc.seconds}}
+			Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}, BanStatuses: tc.statuses, BanSeconds: tc.seconds, Bans: tc.admin}}
 		err := k8s.Create(ctx, gw)
 		switch {
 		case tc.want == "" && err != nil:
@@ -225,4 +240,90 @@ func TestAPIServerValidatesGatewayBans(t *testing.T) {
 			t.Errorf("%s: %v; want Invalid saying %q", tc.reason, err, tc.want)
 		}
 	}
+}
+
+// adminBan is an administrator's ban of member of pool crawl from host, for
+// an hour.
+func adminBan(member, host string) crawlv1alpha1.GatewayBan {
+	return crawlv1alpha1.GatewayBan{Pool: "crawl", Member: member, Host: host, Expires: metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))}
+}
+
+// manyBans is n bans of distinct hosts.
+func manyBans(n int) []crawlv1alpha1.GatewayBan {
+	out := make([]crawlv1alpha1.GatewayBan, n)
+	for i := range out {
+		out[i] = adminBan("crawl-0", fmt.Sprintf("h%d.example", i))
+	}
+	return out
+}
+
+// watchAdminBansAsThePod: the gateway pod's identity watches its own
+// ProxyGateway's spec.bans (a real gateway.WatchAdminBans) and sees an
+// administrator's ban come and go, in its bans gauge; it cannot read
+// another ProxyGateway.
+func watchAdminBansAsThePod(t *testing.T, podCfg *rest.Config, ns string, set *gateway.Set) {
+	t.Helper()
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(podCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	gm, err := gateway.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := gateway.New(gateway.Config{Members: set, Metrics: gm})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); gateway.WatchAdminBans(wctx, dyn, ns, "front", g, logr.Discard()) }()
+	t.Cleanup(func() { stop(); <-done })
+	active := func(want float64) {
+		t.Helper()
+		eventually(t, 30*time.Second, func() (bool, string) {
+			got := gaugeValue(t, reg, "egress_proxies_gateway_bans_active")
+			return got == want, fmt.Sprintf("%v bans in force in the pod; want %v", got, want)
+		})
+	}
+	setBans := func(bans ...crawlv1alpha1.GatewayBan) {
+		t.Helper()
+		var gw crawlv1alpha1.ProxyGateway
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "front"}, &gw); err != nil {
+			t.Fatal(err)
+		}
+		orig := gw.DeepCopy()
+		gw.Spec.Bans = bans
+		if err := k8s.Patch(ctx, &gw, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	member := set.Members()[0]
+	setBans(crawlv1alpha1.GatewayBan{Pool: member.Pool, Member: member.Name, Host: "shop.example.com", Expires: metav1.NewTime(time.Now().Add(time.Hour))})
+	active(1)
+	setBans()
+	active(0)
+	if _, err := dyn.Resource(crawlv1alpha1.GroupVersion.WithResource("proxygateways")).Namespace(ns).Get(ctx, "other", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the gateway pod reads another ProxyGateway: %v; want Forbidden", err)
+	}
+}
+
+// gaugeValue sums the samples of a gauge in reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
 }

@@ -81,7 +81,8 @@ func gatewayServiceAccount(gw *crawlv1alpha1.ProxyGateway) *corev1.ServiceAccoun
 }
 
 // gatewayRole lets the pods watch their pools' published ConfigMaps (no
-// credentials) and get their published Secrets, by name, and nothing else:
+// credentials) and their own ProxyGateway (its bans), and get their
+// published Secrets, by name, and nothing else:
 // not the members' own Secrets, not the gateway's credentials (which reach
 // the pods as environment variables). A Role can grant only what the
 // operator holds: it may watch ConfigMaps but only get Secrets, so the pods
@@ -94,6 +95,8 @@ func gatewayRole(gw *crawlv1alpha1.ProxyGateway) *rbacv1.Role {
 	return &rbacv1.Role{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: names, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: names, Verbs: []string{"get"}},
+		// Its own ProxyGateway, for the administrator's bans (spec.bans).
+		{APIGroups: []string{crawlv1alpha1.GroupVersion.Group}, Resources: []string{"proxygateways"}, ResourceNames: []string{gw.Name}, Verbs: []string{"get", "list", "watch"}},
 	}}
 }
 
@@ -128,7 +131,7 @@ func gatewayPDB(gw *crawlv1alpha1.ProxyGateway) *policyv1.PodDisruptionBudget {
 func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Deployment {
 	port := gatewayPort(gw)
 	args := []string{"gateway", "--listen=:" + strconv.Itoa(int(port)), "--admin-listen=:" + strconv.Itoa(gatewayAdminPort),
-		"--pools=" + strings.Join(gw.Spec.Pools, ","), "--strategy=" + string(gatewayStrategy(gw))}
+		"--pools=" + strings.Join(gw.Spec.Pools, ","), "--strategy=" + string(gatewayStrategy(gw)), "--gateway=" + gw.Name}
 	if len(gw.Spec.AllowedSourceRanges) > 0 {
 		args = append(args, "--allowed-source-ranges="+strings.Join(gw.Spec.AllowedSourceRanges, ","))
 	}

@@ -94,6 +94,10 @@ type banTable struct {
 	bans    *lru[banKey, ban]
 	perHost map[string]int // bans per host: most requests go to hosts without any
 	reports *lru[reportKey, time.Time]
+	// admin are the administrator's bans (adminbans.go), replaced whole
+	// as the ProxyGateway changes; adminHosts counts them per host.
+	admin      map[banKey]ban
+	adminHosts map[string]int
 }
 
 func newBanTable(size int) *banTable {
@@ -132,18 +136,25 @@ func later(a, b time.Time) time.Time {
 func (t *banTable) allowed(candidates []*Member, host string, now time.Time) ([]*Member, time.Time) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.perHost[host] == 0 {
+	if t.perHost[host] == 0 && t.adminHosts[host] == 0 {
 		return candidates, time.Time{}
 	}
 	var out []*Member
 	var first time.Time
 	for _, m := range candidates {
-		b, ok := t.bans.peek(banKey{m.id, host})
+		k := banKey{m.id, host}
+		until := time.Time{}
+		if b, ok := t.bans.peek(k); ok {
+			until = b.until
+		}
+		if b, ok := t.admin[k]; ok {
+			until = later(until, b.until)
+		}
 		switch {
-		case !ok || !now.Before(b.until):
+		case !now.Before(until):
 			out = append(out, m)
-		case first.IsZero() || b.until.Before(first):
-			first = b.until
+		case first.IsZero() || until.Before(first):
+			first = until
 		}
 	}
 	return out, first
@@ -174,6 +185,12 @@ func (t *banTable) active(now time.Time) map[string]int {
 			out[b.pool]++
 		}
 	})
+	for k, b := range t.admin {
+		// A pair banned both ways is one ban in force.
+		if lb, ok := t.bans.peek(k); now.Before(b.until) && (!ok || !now.Before(lb.until)) {
+			out[b.pool]++
+		}
+	}
 	return out
 }
 

@@ -481,6 +481,7 @@ func TestChartFilesAreCopies(t *testing.T) {
 		"files/rbac/ownership_key_role.yaml":    "config/rbac/ownership_key_role.yaml",
 		"files/rbac/metrics_auth_role.yaml":     "config/rbac/metrics_auth_role.yaml",
 		"files/rbac/metrics_reader_role.yaml":   "config/rbac/metrics_reader_role.yaml",
+		"files/rbac/gateway_ban_editor_role.yaml": "config/rbac/gateway_ban_editor_role.yaml",
 	}
 	crds, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	if err != nil || len(crds) == 0 {
