@@ -39,8 +39,8 @@ func NewCommand(streams genericclioptions.IOStreams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
 	o.flags.AddFlags(root.PersistentFlags())
-	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Look in every namespace (status).")
-	root.AddCommand(o.statusCommand(), o.urlCommand(), o.rotateCommand(), o.retryCommand(), o.releaseCommand(), o.sessionsCommand())
+	root.PersistentFlags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Look in every namespace (status, ban list).")
+	root.AddCommand(o.statusCommand(), o.urlCommand(), o.rotateCommand(), o.retryCommand(), o.releaseCommand(), o.sessionsCommand(), o.banCommand())
 	return root
 }
 
