@@ -72,6 +72,18 @@ func AccessField(ctx context.Context, key, value string) {
 	x.fields = append(x.fields, key, value)
 }
 
+// ExchangeBytes returns the bytes relayed so far by the request or tunnel
+// whose context ctx is, up (from the client) and down (to it); ok is false
+// outside a request. An Upstream reads it when its part ends, to count the
+// bytes per member it sent through.
+func ExchangeBytes(ctx context.Context) (up, down int64, ok bool) {
+	x, ok := ctx.Value(exchangeKey{}).(*exchange)
+	if !ok {
+		return 0, 0, false
+	}
+	return x.up.Load(), x.down.Load(), true
+}
+
 // RefusedError is an Upstream's refusal with its own answer: Code and
 // Message (a sentence for the client, which must name no secret), with one
 // header when Header is set. Err, when set, is the cause, for the access

@@ -220,8 +220,13 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			last.discard()
 			g.retried(last.m, MethodHTTP)
 		}
+		start := time.Now()
 		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
 		f := classify(resp, err)
+		h := g.metrics.handlesOf(m)
+		if f == nil && h != nil {
+			h.latencyHTTP.Observe(time.Since(start).Seconds())
+		}
 		if f == nil && g.isBanStatus(resp.StatusCode) {
 			// The member works; the destination refuses its address.
 			// Another member may take an idempotent request without a
@@ -240,7 +245,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			g.succeeded(m)
 			attemptEvent(req.Context(), m, "ok")
 			forwardproxy.AccessField(req.Context(), "member", m.String())
-			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release, ctx: req.Context(), handles: h}
 			return resp, nil
 		}
 		attemptEvent(req.Context(), m, f.cause)
@@ -289,7 +294,7 @@ func (g *Gateway) giveUp(ctx context.Context, a *failedAttempt) (*http.Response,
 	// Proxy-Status, which says what it received and names no next hop.
 	forwardproxy.AccessField(ctx, "member", a.m.String())
 	a.resp.Header.Add(forwardproxy.ProxyStatusHeader, g.name+"; received-status="+strconv.Itoa(a.resp.StatusCode))
-	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release}
+	a.resp.Body = &releasingBody{ReadCloser: a.resp.Body, release: a.release, ctx: ctx, handles: g.metrics.handlesOf(a.m)}
 	return a.resp, nil
 }
 

@@ -191,6 +191,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.metrics != nil {
 		g.metrics.watchBans(g.bans, g.now)
+		g.metrics.watchSet(g.members)
 	}
 	if cfg.Username != "" {
 		g.auth = &credentials{user: sha256.Sum256([]byte(cfg.Username)), pass: sha256.Sum256([]byte(cfg.Password)), userLen: len(cfg.Username)}
@@ -423,11 +424,16 @@ func (g *Gateway) dialTunnel(ctx context.Context, target string) (*route, net.Co
 		if last != nil {
 			g.retried(lastMember, MethodConnect)
 		}
+		start := time.Now()
 		c, err := g.connect(ctx, m, target)
 		if err == nil {
 			g.succeeded(m)
 			attemptEvent(ctx, m, "ok")
 			forwardproxy.AccessField(ctx, "member", m.String())
+			if h := g.metrics.handlesOf(m); h != nil {
+				h.latencyTun.Observe(time.Since(start).Seconds())
+				c.ctx, c.handles = ctx, h
+			}
 			return rt, c.withRelease(release), nil
 		}
 		release()
@@ -526,16 +532,34 @@ func causeOf(err error) string {
 }
 
 // releasingBody ends a request's count on its member when the body is
-// closed.
+// closed, and counts the request's bytes on the member's series.
 type releasingBody struct {
 	io.ReadCloser
 	release func()
+	ctx     context.Context
+	handles *memberHandles // nil: no metrics
+	closed  atomic.Bool
 }
 
 func (b *releasingBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.release()
+	if b.closed.CompareAndSwap(false, true) {
+		countBytes(b.ctx, b.handles)
+	}
 	return err
+}
+
+// countBytes adds the bytes of the request or tunnel of ctx to a member's
+// series; h may be nil.
+func countBytes(ctx context.Context, h *memberHandles) {
+	if h == nil {
+		return
+	}
+	if up, down, ok := forwardproxy.ExchangeBytes(ctx); ok {
+		h.up.Add(float64(up))
+		h.down.Add(float64(down))
+	}
 }
 
 // tunnelConn is the upstream end of a tunnel through a member. It keeps the
@@ -546,6 +570,9 @@ type tunnelConn struct {
 	early   []byte // read after the member's answer, returned first
 	release func()
 	mu      sync.Mutex
+	ctx     context.Context
+	handles *memberHandles // nil: no metrics
+	closed  atomic.Bool
 }
 
 func (c *tunnelConn) withRelease(release func()) net.Conn {
@@ -572,6 +599,9 @@ func (c *tunnelConn) Close() error {
 	err := c.Conn.Close()
 	if c.release != nil {
 		c.release()
+	}
+	if c.closed.CompareAndSwap(false, true) {
+		countBytes(c.ctx, c.handles)
 	}
 	return err
 }

@@ -99,6 +99,9 @@ func (g *Gateway) admitNext(rt *route, candidates []*Member, tried *[]*Member, h
 		if ok {
 			if g.metrics != nil {
 				g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
+				if rt != nil && rt.session != "" {
+					g.metrics.handlesOf(m).sessions.Inc()
+				}
 			}
 			return m, release, 0
 		}

@@ -92,6 +92,8 @@ type memberState struct {
 	// ejectedUntil (UnixNano) keeps the member out of new picks until
 	// then (failover's ejection).
 	ejectedUntil atomic.Int64
+	// handles are its per-member metrics, looked up once (metrics.go).
+	handles atomic.Pointer[memberHandles]
 }
 
 // ejected reports whether the member sits out a cool-down at now.
@@ -119,7 +121,9 @@ func NewSet() *Set {
 // Update replaces pool's members with entries (nil: the pool has none, or
 // its list is gone). A member that stays keeps its counts; one that left
 // gets no new request or tunnel, and those open go on until they end.
-func (s *Set) Update(pool string, entries []Entry) {
+// It returns the names of the pool's members that left, for the metrics to
+// forget their series.
+func (s *Set) Update(pool string, entries []Entry) (left []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var members []*Member
@@ -149,9 +153,18 @@ func (s *Set) Update(pool string, entries []Entry) {
 			live[m.Pool+"/"+m.Name+"@"+m.target.host] = true
 		}
 	}
+	names := map[string]bool{}
+	for _, m := range s.pools[pool] {
+		names[m.Name] = true
+	}
 	for key := range s.states {
 		if !live[key] {
 			delete(s.states, key)
+			if name, ok := strings.CutPrefix(key, pool+"/"); ok {
+				if name, _, _ = strings.Cut(name, "@"); !names[name] && !slices.Contains(left, name) {
+					left = append(left, name)
+				}
+			}
 		}
 	}
 	// A stable order, so that round-robin and tests see the same sequence
@@ -160,6 +173,7 @@ func (s *Set) Update(pool string, entries []Entry) {
 	s.snap.Store(&all)
 	close(s.changed)
 	s.changed = make(chan struct{})
+	return left
 }
 
 // Members returns the current members, sorted by pool/name. The slice must

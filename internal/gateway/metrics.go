@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,71 @@ type Metrics struct {
 	members   *prometheus.GaugeVec
 	bans      *prometheus.CounterVec
 	active    *activeBans
+	bytes     *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	sessions  *prometheus.CounterVec
+	inFlight  *inFlight
+}
+
+// memberHandles are one member's series, looked up once per member (not
+// per request): the hot path only adds to them.
+type memberHandles struct {
+	up, down                prometheus.Counter
+	latencyHTTP, latencyTun prometheus.Observer
+	sessions                prometheus.Counter
+}
+
+// handlesOf returns mb's series; nil without metrics.
+func (m *Metrics) handlesOf(mb *Member) *memberHandles {
+	if m == nil {
+		return nil
+	}
+	if h := mb.state.handles.Load(); h != nil {
+		return h
+	}
+	h := &memberHandles{
+		up: m.bytes.WithLabelValues(mb.Pool, mb.Name, "up"), down: m.bytes.WithLabelValues(mb.Pool, mb.Name, "down"),
+		latencyHTTP: m.latency.WithLabelValues(mb.Pool, mb.Name, MethodHTTP), latencyTun: m.latency.WithLabelValues(mb.Pool, mb.Name, MethodConnect),
+		sessions: m.sessions.WithLabelValues(mb.Pool, mb.Name),
+	}
+	mb.state.handles.CompareAndSwap(nil, h)
+	return mb.state.handles.Load()
+}
+
+// forget deletes the series of pool's members that left (names): members
+// come and go, and their series must not pile up. m may be nil.
+func (m *Metrics) forget(pool string, names []string) {
+	if m == nil {
+		return
+	}
+	for _, name := range names {
+		l := prometheus.Labels{"pool": pool, "member": name}
+		for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+			m.requests, m.failures, m.retries, m.ejections, m.limited, m.bans, m.bytes, m.latency, m.sessions,
+		} {
+			v.DeletePartialMatch(l)
+		}
+	}
+}
+
+// inFlight is the gauge of the requests and tunnels each member carries
+// now, read from the members when scraped: a member that left has no
+// series.
+type inFlight struct {
+	desc *prometheus.Desc
+	set  atomic.Pointer[Set]
+}
+
+func (f *inFlight) Describe(ch chan<- *prometheus.Desc) { ch <- f.desc }
+
+func (f *inFlight) Collect(ch chan<- prometheus.Metric) {
+	s := f.set.Load()
+	if s == nil {
+		return
+	}
+	for _, mb := range s.Members() {
+		ch <- prometheus.MustNewConstMetric(f.desc, prometheus.GaugeValue, float64(mb.state.active.Load()), mb.Pool, mb.Name)
+	}
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -60,9 +126,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Namespace: "egress_proxies", Name: "gateway_bans_total",
 		Help: "Times a member was banned from a destination host for a cool-down, by pool, member and cause (status-<code>: the destination's answer; report-header, report-username: a crawler's report).",
 	}, []string{"pool", "member", "cause"})
+	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "egress_proxies", Name: "gateway_member_bytes_total",
+		Help: "Bytes of the requests and tunnels the gateway sent through a member, by pool, member and direction (up: from the client, down: to it), counted when each ends.",
+	}, []string{"pool", "member", "direction"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "egress_proxies", Name: "gateway_member_latency_seconds",
+		Help:    "Time from the gateway's attempt through a member to the member's answer (a plain request's response headers, a tunnel's opening), by pool, member and method: the latency the member's hop adds.",
+		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10},
+	}, []string{"pool", "member", "method"})
+	m.sessions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "egress_proxies", Name: "gateway_session_requests_total",
+		Help: "Requests and tunnels of a session (sent through the member rendezvous placed it on), by pool and member.",
+	}, []string{"pool", "member"})
+	m.inFlight = &inFlight{desc: prometheus.NewDesc("egress_proxies_gateway_member_in_flight",
+		"Requests and tunnels a member carries now through this gateway pod (open tunnels included), by pool and member.", []string{"pool", "member"}, nil)}
 	m.active = &activeBans{desc: prometheus.NewDesc("egress_proxies_gateway_bans_active",
 		"(member, destination host) bans in force in this gateway pod, by pool.", []string{"pool"}, nil)}
-	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members, m.bans, m.active} {
+	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members, m.bans, m.active, m.bytes, m.latency, m.sessions, m.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -78,6 +159,9 @@ type activeBans struct {
 	table *banTable
 	now   func() time.Time
 }
+
+// watchSet makes the in-flight gauge read s's members.
+func (m *Metrics) watchSet(s *Set) { m.inFlight.set.Store(s) }
 
 // watchBans makes the gauge count t's bans at now's time.
 func (m *Metrics) watchBans(t *banTable, now func() time.Time) {

@@ -127,6 +127,9 @@ func TestBan(t *testing.T) {
 	if diff := cmp.Diff(want, rows, cmpopts.IgnoreFields(kubectlegress.BanRow{}, "Expires")); diff != "" {
 		t.Errorf("ban list -o json (-want +got):\n%s", diff)
 	}
+	if len(rows) != 1 {
+		return
+	}
 	if left := time.Until(rows[0].Expires); left <= 50*time.Minute || left > time.Hour {
 		t.Errorf("the ban expires in %s; want the default hour", left)
 	}
