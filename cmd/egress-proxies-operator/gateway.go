@@ -211,7 +211,9 @@ func serveGateway(ctx context.Context, args []string, getenv func(string) string
 		}
 		var wg sync.WaitGroup
 		wg.Go(func() { gateway.Watch(watchCtx, clients.core, o.namespace, pools, set, gm, log.WithName("watch")) })
-		wg.Go(func() { gateway.WatchAdminBans(watchCtx, clients.dynamic, o.namespace, o.gateway, g, log.WithName("bans")) })
+		wg.Go(func() {
+			gateway.WatchAdminBans(watchCtx, clients.dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
+		})
 		wg.Wait()
 	}()
 	// The member watch and the admin server outlive the drain, so that

@@ -79,7 +79,10 @@ func TestAdministratorBansReachEveryReplica(t *testing.T) {
 		set.Update("crawl", entries(ms))
 		reg, gm := newMetrics(t)
 		h := startGateway(t, gateway.Config{Members: set, Metrics: gm, Now: clk.Now})
-		go func() { defer func() { done <- struct{}{} }(); gateway.WatchAdminBans(ctx, dyn, "crawlers", "front", h.g, logr.Discard()) }()
+		go func() {
+			defer func() { done <- struct{}{} }()
+			gateway.WatchAdminBans(ctx, dyn, "crawlers", "front", h.g, logr.Discard())
+		}()
 		replicas = append(replicas, replica{h, reg})
 	}
 	active := func(want float64) {

@@ -49,7 +49,10 @@ func TestPerMemberMetrics(t *testing.T) {
 	set := gateway.NewSet()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); gateway.Watch(ctx, cs, "crawlers", []string{"crawl"}, set, gm, logr.Discard()) }()
+	go func() {
+		defer close(done)
+		gateway.Watch(ctx, cs, "crawlers", []string{"crawl"}, set, gm, logr.Discard())
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	publish(t, cs, "crawl", entries(ms)...)
 	poll.Until(t, wait, func() (bool, string) { return set.Len() == 2, fmt.Sprintf("%d members", set.Len()) })

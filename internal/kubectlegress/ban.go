@@ -2,6 +2,7 @@ package kubectlegress
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -64,7 +65,7 @@ func (o *options) banAddCommand() *cobra.Command {
 				return fmt.Errorf("--for %s: a ban lasts from 1s to %s", banFor, MaxBanFor)
 			}
 			if len(reason) > 200 || strings.ContainsFunc(reason, func(r rune) bool { return r < ' ' || r == 0x7f }) {
-				return fmt.Errorf("--reason: at most 200 characters on one line")
+				return errors.New("--reason: at most 200 characters on one line")
 			}
 			host, err := banHost(args[2])
 			if err != nil {
