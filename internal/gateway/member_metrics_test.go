@@ -38,14 +38,18 @@ func seriesOf(t *testing.T, reg *prometheus.Registry, member string) map[string]
 // TestPerMemberMetrics: each member has its bytes (up and down), the
 // latency of its hop, the requests of sessions placed on it and what it
 // carries now, for plain requests and tunnels; a member that leaves its
-// pool's list leaves no series behind (members come and go: the label's
-// values stay bounded by the members there are).
+// pool's list leaves no series behind once they had time to be scraped
+// (members come and go: the label's values stay bounded by the members
+// there are, and those that left recently).
 func TestPerMemberMetrics(t *testing.T) {
 	ms := startMembers(t, 2)
 	origin := ipEcho(t)
 	target := tcpEcho(t)
 	cs := fake.NewClientset()
 	reg, gm := newMetrics(t)
+	// Long enough to see the series stay right after the member left, short
+	// enough for the test to see them go.
+	gm.KeepDepartedFor(poll.Paced(2 * time.Second))
 	set := gateway.NewSet()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -106,6 +110,12 @@ func TestPerMemberMetrics(t *testing.T) {
 	}
 
 	publish(t, cs, "crawl", ms[0].entry())
+	// Right after it left, the member's series are still there: its last
+	// counts must be scraped before they go.
+	poll.Until(t, wait, func() (bool, string) { return set.Len() == 1, fmt.Sprintf("%d members", set.Len()) })
+	if got := seriesOf(t, reg, ms[1].name); got["egress_proxies_gateway_member_bytes_total"] == 0 {
+		t.Errorf("the series of the member that just left are gone at once: %v", got)
+	}
 	poll.Until(t, wait, func() (bool, string) {
 		got := seriesOf(t, reg, ms[1].name)
 		return len(got) == 0, fmt.Sprintf("series of the member that left: %v", got)

@@ -180,6 +180,16 @@ func (s *Set) Update(pool string, entries []Entry) (left []string) {
 // not be changed.
 func (s *Set) Members() []*Member { return *s.snap.Load() }
 
+// has says whether pool's member name is in the set.
+func (s *Set) has(pool, name string) bool {
+	for _, mb := range s.Members() {
+		if mb.Pool == pool && mb.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Len is the number of members.
 func (s *Set) Len() int { return len(s.Members()) }
 

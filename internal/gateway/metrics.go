@@ -31,7 +31,24 @@ type Metrics struct {
 	latency   *prometheus.HistogramVec
 	sessions  *prometheus.CounterVec
 	inFlight  *inFlight
+
+	// departed holds, by pool and member, the pending deletion of the
+	// series of a member that left; keepDeparted is how long they stay.
+	mu           sync.Mutex
+	departed     map[[2]string]*time.Timer
+	keepDeparted time.Duration
 }
+
+// DefaultKeepDeparted is how long a departed member's series stay: longer
+// than any usual scrape interval, so that the last counts of a member that
+// failed and was replaced (its retries, its ejection) are scraped before
+// they go.
+const DefaultKeepDeparted = 5 * time.Minute
+
+// KeepDepartedFor sets how long the series of a member that left its
+// pool's list stay before they are deleted (DefaultKeepDeparted unless
+// set). It must be called before the metrics are used.
+func (m *Metrics) KeepDepartedFor(d time.Duration) { m.keepDeparted = d }
 
 // memberHandles are one member's series, looked up once per member (not
 // per request): the hot path only adds to them.
@@ -58,19 +75,38 @@ func (m *Metrics) handlesOf(mb *Member) *memberHandles {
 	return mb.state.handles.Load()
 }
 
-// forget deletes the series of pool's members that left (names): members
-// come and go, and their series must not pile up. m may be nil.
-func (m *Metrics) forget(pool string, names []string) {
+// forget deletes the series of pool's members that left (names) once they
+// have been gone for keepDeparted: members come and go, and their series
+// must not pile up, but a member's last counts must be scraped first. A
+// member back in set by then keeps its series. m may be nil.
+func (m *Metrics) forget(set *Set, pool string, names []string) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, name := range names {
-		l := prometheus.Labels{"pool": pool, "member": name}
-		for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
-			m.requests, m.failures, m.retries, m.ejections, m.limited, m.bans, m.bytes, m.latency, m.sessions,
-		} {
-			v.DeletePartialMatch(l)
+		key := [2]string{pool, name}
+		if m.departed[key] != nil {
+			continue
 		}
+		if m.departed == nil {
+			m.departed = map[[2]string]*time.Timer{}
+		}
+		m.departed[key] = time.AfterFunc(m.keepDeparted, func() {
+			m.mu.Lock()
+			delete(m.departed, key)
+			m.mu.Unlock()
+			if set != nil && set.has(pool, name) {
+				return
+			}
+			l := prometheus.Labels{"pool": pool, "member": name}
+			for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+				m.requests, m.failures, m.retries, m.ejections, m.limited, m.bans, m.bytes, m.latency, m.sessions,
+			} {
+				v.DeletePartialMatch(l)
+			}
+		})
 	}
 }
 
@@ -97,6 +133,7 @@ func (f *inFlight) Collect(ch chan<- prometheus.Metric) {
 // NewMetrics creates the collectors and registers them on reg.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
+		keepDeparted: DefaultKeepDeparted,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "egress_proxies", Name: "gateway_requests_total",
 			Help: "Requests (HTTP) and tunnels (CONNECT) the gateway sent through a member, by pool, member and method.",

@@ -139,7 +139,7 @@ func (w *poolWatch) read(ctx context.Context) error {
 		s, err = w.cs.CoreV1().Secrets(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
 	}
 	if apierrors.IsNotFound(err) {
-		w.m.forget(w.pool, w.set.Update(w.pool, nil))
+		w.m.forget(w.set, w.pool, w.set.Update(w.pool, nil))
 		w.m.setMembers(w.pool, 0)
 		w.log.Info("the published list is gone; no members from this pool", "secret", w.name)
 		return nil
@@ -152,7 +152,7 @@ func (w *poolWatch) read(ctx context.Context) error {
 		w.log.Error(err, "the published list cannot be read; keeping the members known", "secret", w.name)
 		return nil
 	}
-	w.m.forget(w.pool, w.set.Update(w.pool, list))
+	w.m.forget(w.set, w.pool, w.set.Update(w.pool, list))
 	w.m.setMembers(w.pool, len(list))
 	w.log.V(1).Info("members updated", "members", len(list))
 	return nil
