@@ -32,8 +32,11 @@ func TestProbeSeesLoad(t *testing.T) {
 		wg.Go(func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			for x := 0; !stop.Load(); x++ {
+			x := 0
+			for !stop.Load() {
+				x++
 			}
+			_ = x
 		})
 	}
 	loaded := probes()[2]
