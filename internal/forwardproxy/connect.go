@@ -50,7 +50,7 @@ func newConnServer(base context.Context, p *Proxy, t *tracker, ln net.Listener, 
 	s := &connServer{
 		p: p, t: t, ln: ln, readHeaderTimeout: readHeaderTimeout, base: base,
 		conns: make(chan net.Conn), errs: make(chan error), done: make(chan struct{}),
-		work:  make(chan net.Conn), fresh: map[net.Conn]struct{}{},
+		work: make(chan net.Conn), fresh: map[net.Conn]struct{}{},
 	}
 	s.loop.Go(s.acceptLoop)
 	return s

@@ -32,7 +32,7 @@ const maxAnswerHead = 4 << 10
 var answerBufs = sync.Pool{New: func() any { b := make([]byte, maxAnswerHead); return &b }}
 
 var (
-	errAnswerTooLarge = errors.New("the member's answer head is larger than 4 KiB")
+	errAnswerTooLarge  = errors.New("the member's answer head is larger than 4 KiB")
 	errAnswerMalformed = errors.New("malformed answer from the member")
 )
 
