@@ -31,10 +31,8 @@ const maxAnswerHead = 4 << 10
 // answerBufs are the buffers of memberConnect, each maxAnswerHead bytes.
 var answerBufs = sync.Pool{New: func() any { b := make([]byte, maxAnswerHead); return &b }}
 
-var (
-	errAnswerTooLarge  = errors.New("the member's answer head is larger than 4 KiB")
-	errAnswerMalformed = errors.New("malformed answer from the member")
-)
+// errAnswerTooLarge fails an attempt whose answer head does not fit.
+var errAnswerTooLarge = errors.New("the member's answer head is larger than 4 KiB")
 
 // memberAnswer is what a tunnel needs of a member's answer to CONNECT.
 type memberAnswer struct {
