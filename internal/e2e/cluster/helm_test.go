@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
@@ -24,6 +26,55 @@ import (
 // release is the release name docs/helm.md tells users to install, which
 // gives the objects config/default's names.
 const release = "egress-proxies-operator"
+
+// Why an object may outlive `helm uninstall`: docs/helm.md's "What an
+// uninstall keeps", then what Kubernetes itself makes or keeps.
+const (
+	keepsCRDs       = "the CRDs (helm.sh/resource-policy: keep)"
+	keepsKey        = "the ownership key, which the operator made and Helm never owned"
+	keepsNamespaces = "the namespaces --create-namespace and the chart's namespaces made (resource-policy: keep)"
+	keepsInstances  = "the objects of the kept CRDs the operator made (ProviderHealth)"
+	keepsLease      = "the leader-election Lease, which the operator made"
+	keepsPerNS      = "Kubernetes' own objects in every namespace (the default ServiceAccount, the root CA ConfigMap)"
+	keepsAPIService = "the APIService the API server registers for a served CRD group version"
+	keepsNodeLease  = "the kubelet's heartbeat Lease (kube-node-lease), which may appear after the first listing"
+	keepsEvents     = "events, which the API server expires (--event-ttl)"
+)
+
+// keptNamespaces are the release namespace and the chart's own.
+var keptNamespaces = []string{operatorNS, podsNS, servedNS}
+
+// uninstallKeeps are the rules, in the order of keepsCRDs and the rest.
+var uninstallKeeps = []keptRule{
+	{keepsCRDs, func(o clusterObject) bool {
+		return o.Resource == "customresourcedefinitions.apiextensions.k8s.io" && strings.HasSuffix(o.Name, "."+crawlv1alpha1.GroupVersion.Group)
+	}},
+	{keepsKey, func(o clusterObject) bool {
+		return o == clusterObject{Resource: "secrets", Namespace: operatorNS, Name: ownership.DefaultKeySecret}
+	}},
+	{keepsNamespaces, func(o clusterObject) bool {
+		return o.Resource == "namespaces" && slices.Contains(keptNamespaces, o.Name)
+	}},
+	{keepsInstances, func(o clusterObject) bool {
+		return o.Resource == "providerhealths."+crawlv1alpha1.GroupVersion.Group
+	}},
+	{keepsLease, func(o clusterObject) bool {
+		return o == clusterObject{Resource: "leases.coordination.k8s.io", Namespace: operatorNS, Name: setup.LeaderElectionID}
+	}},
+	{keepsPerNS, func(o clusterObject) bool {
+		return slices.Contains(keptNamespaces, o.Namespace) &&
+			(o.Resource == "serviceaccounts" && o.Name == "default" || o.Resource == "configmaps" && o.Name == "kube-root-ca.crt")
+	}},
+	{keepsAPIService, func(o clusterObject) bool {
+		return o.Resource == "apiservices.apiregistration.k8s.io" && o.Name == crawlv1alpha1.GroupVersion.Version+"."+crawlv1alpha1.GroupVersion.Group
+	}},
+	{keepsNodeLease, func(o clusterObject) bool {
+		return o.Resource == "leases.coordination.k8s.io" && o.Namespace == "kube-node-lease"
+	}},
+	{keepsEvents, func(o clusterObject) bool {
+		return o.Resource == "events" || o.Resource == "events.events.k8s.io"
+	}},
+}
 
 // helm runs the Helm of tools/go.mod (the one `make helm-lint` runs)
 // against the cluster.
@@ -61,6 +112,12 @@ func TestHelmInstall(t *testing.T) {
 	// The same providers configuration as the kustomize install, inline.
 	cfg := fmt.Sprintf(providersYAML, c.HostIP)
 	if err := os.WriteFile(values, []byte("providers:\n  config: |\n    "+strings.ReplaceAll(strings.TrimSpace(cfg), "\n", "\n    ")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// What the cluster holds before the chart: what an uninstall leaves is
+	// what is new since, whatever its kind.
+	beforeInstall, err := allObjects(ctx, c.Config)
+	if err != nil {
 		t.Fatal(err)
 	}
 	install := []string{"--namespace", operatorNS, "--set", "image.repository=egress-proxies-operator", "--set", "image.tag=dev",
@@ -120,6 +177,30 @@ func TestHelmInstall(t *testing.T) {
 		}
 		if err := cl.Get(ctx, client.ObjectKey{Namespace: operatorNS, Name: ownership.DefaultKeySecret}, &corev1.Secret{}); err != nil {
 			t.Errorf("the ownership key after uninstall: %v; it must stay, or a reinstall re-creates the fleet", err)
+		}
+		// Nothing else stays: every object the install made, or the operator
+		// made while it ran, is gone, or docs/helm.md says it stays. Owned
+		// objects (ReplicaSets, EndpointSlices, the pods) go a little after
+		// their owners, so the comparison is polled.
+		var kept map[string][]string
+		poll.Until(t, goneTimeout, func() (bool, string) {
+			after, err := allObjects(ctx, c.Config)
+			if err != nil {
+				return false, err.Error()
+			}
+			var left []string
+			left, kept = leftovers(beforeInstall, after, uninstallKeeps)
+			return len(left) == 0, fmt.Sprintf("left after uninstall, and not in docs/helm.md's \"What an uninstall keeps\": %v", left)
+		})
+		for why, objs := range kept {
+			if len(objs) > 10 {
+				t.Logf("kept after uninstall, %s: %d objects", why, len(objs))
+			} else {
+				t.Logf("kept after uninstall, %s: %v", why, objs)
+			}
+		}
+		if len(kept[keepsCRDs]) != 4 {
+			t.Errorf("CRDs kept: %v, want the 4 of crawl.example.com", kept[keepsCRDs])
 		}
 	})
 }
