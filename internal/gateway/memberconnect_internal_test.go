@@ -79,7 +79,7 @@ func TestMemberConnect(t *testing.T) {
 				t.Errorf("%s: request (-want +got):\n%s", tc.reason, cmp.Diff(wantReq, got))
 			}
 			switch {
-			case tc.wantErr == errAny:
+			case errors.Is(tc.wantErr, errAny):
 				if err == nil && (a.resp == nil || a.resp.StatusCode == http.StatusOK) {
 					t.Fatalf("%s: got a tunnel, want a failed attempt", tc.reason)
 				}
