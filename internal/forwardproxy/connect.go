@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,6 +35,11 @@ type connServer struct {
 	done  chan struct{} // closed by Close
 	loop  sync.WaitGroup
 
+	// work hands new connections to idle workers (see worker); idle
+	// counts the workers waiting on it.
+	work chan net.Conn
+	idle atomic.Int32
+
 	mu     sync.Mutex
 	closed bool
 	fresh  map[net.Conn]struct{} // connections whose first request is being read
@@ -44,7 +50,7 @@ func newConnServer(base context.Context, p *Proxy, t *tracker, ln net.Listener, 
 	s := &connServer{
 		p: p, t: t, ln: ln, readHeaderTimeout: readHeaderTimeout, base: base,
 		conns: make(chan net.Conn), errs: make(chan error), done: make(chan struct{}),
-		fresh: map[net.Conn]struct{}{},
+		work: make(chan net.Conn), fresh: map[net.Conn]struct{}{},
 	}
 	s.loop.Go(s.acceptLoop)
 	return s
@@ -64,7 +70,41 @@ func (s *connServer) acceptLoop() {
 				return
 			}
 		}
-		go s.serveConn(c)
+		select {
+		case s.work <- c:
+		default:
+			go s.worker(c)
+		}
+	}
+}
+
+// maxIdleWorkers bounds the workers that wait for a new connection: the
+// peak of connections whose first request is being read at once, up to
+// this many, with their grown stacks (about 8 KiB each).
+const maxIdleWorkers = 64
+
+// worker reads the first request of c, then of the next connections that
+// the accept loop hands it, until more than maxIdleWorkers wait or the
+// server is closed. A new goroutine per connection would start with a
+// small stack and grow it, copying it each time, while reading the head
+// and dialing: that copying was 7 % of the proxy's CPU under make
+// bench-proxy's CONNECT load (docs/performance.md). A tunnel still runs on
+// a fresh goroutine of its own (see serveConn), so that an idle one does
+// not hold a grown stack.
+func (s *connServer) worker(c net.Conn) {
+	for {
+		s.serveConn(c)
+		if s.idle.Add(1) > maxIdleWorkers {
+			s.idle.Add(-1)
+			return
+		}
+		select {
+		case c = <-s.work:
+			s.idle.Add(-1)
+		case <-s.done:
+			s.idle.Add(-1)
+			return
+		}
 	}
 }
 

@@ -596,21 +596,24 @@ func (p *Proxy) established(client, upstream net.Conn, early []byte, x *exchange
 		return nil
 	}
 	p.active(1)
-	return &tunnel{p: p, pair: &pair{client: client, upstream: upstream}, early: early, x: x}
+	t := &tunnel{p: p, pair: &pair{client: client, upstream: upstream}, early: early, x: x}
+	t.client, t.upstream = p.newTunnelConns(t.pair)
+	return t
 }
 
 // tunnel is an established CONNECT tunnel, ready to run.
 type tunnel struct {
-	p     *Proxy
-	pair  *pair
-	early []byte // bytes the client sent after its request, for upstream
-	x     *exchange
+	p                *Proxy
+	pair             *pair
+	client, upstream *idleConn // pair's, with the idle timeout
+	early            []byte    // bytes the client sent after its request, for upstream
+	x                *exchange
 }
 
 // run splices the tunnel until it ends.
 func (t *tunnel) run() {
 	defer t.p.active(-1)
-	t.x.err = t.p.splice(t.pair, t.early, t.x)
+	t.x.err = t.p.splice(t.pair, t.client, t.upstream, t.early, t.x)
 }
 
 // countingBody counts the bytes read from a request body.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // onLoopback is the egress policy of tests whose origins listen on
@@ -662,7 +663,9 @@ func durationCounts(t *testing.T, reg prometheus.Gatherer) map[string]uint64 {
 func TestTunnelIdleTimeout(t *testing.T) {
 	e := newEchoServer(t)
 	cfg := withAuth
-	cfg.IdleTimeout = 300 * time.Millisecond
+	// The timeout follows the machine's pace: on a loaded one a goroutine
+	// can stall for longer than a quiet machine's 300 ms between two ticks.
+	cfg.IdleTimeout = poll.Paced(300 * time.Millisecond)
 	h := start(t, cfg, time.Second)
 
 	// Traffic every 30 ms keeps the tunnel open well past the timeout.

@@ -44,9 +44,7 @@ type idleConn struct {
 }
 
 func newIdleConn(c net.Conn, a *activity) *idleConn {
-	d := a.deadline()
-	_ = c.SetReadDeadline(d)
-	_ = c.SetWriteDeadline(d)
+	_ = c.SetDeadline(a.deadline())
 	ic := &idleConn{Conn: c, a: a}
 	ic.raw = newRawReader(c)
 	return ic
@@ -171,10 +169,9 @@ func (p *pair) Close() error {
 // directions ended, at the first error either way, or when the tunnel
 // carried no bytes for the idle timeout. splice returns the first error that
 // is not the expected end of a tunnel. One direction runs on the calling
-// goroutine, which saves a goroutine stack per tunnel.
-func (p *Proxy) splice(conns *pair, early []byte, x *exchange) error {
-	a := newActivity(p.idleTimeout)
-	ic, iu := newIdleConn(conns.client, a), newIdleConn(conns.upstream, a)
+// goroutine, which saves a goroutine stack per tunnel. ic and iu are the
+// client and upstream connections of conns (see newTunnelConns).
+func (p *Proxy) splice(conns *pair, ic, iu *idleConn, early []byte, x *exchange) error {
 	run := func(dst, src *idleConn, early []byte, count func(int)) error {
 		err := relay(dst, src, early, count)
 		if err != nil {
@@ -195,6 +192,15 @@ func (p *Proxy) splice(conns *pair, early []byte, x *exchange) error {
 		}
 	}
 	return nil
+}
+
+// newTunnelConns returns the client and upstream ends of a tunnel, sharing
+// one idle timeout. It runs before the tunnel's goroutine starts: setting
+// their deadlines is the deepest call a tunnel makes, and on the tunnel's
+// fresh goroutine it grew the stack (a copy) in every tunnel.
+func (p *Proxy) newTunnelConns(conns *pair) (ic, iu *idleConn) {
+	a := newActivity(p.idleTimeout)
+	return newIdleConn(conns.client, a), newIdleConn(conns.upstream, a)
 }
 
 // relay writes early, then copies src to dst until src ends. At EOF it

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -456,40 +455,26 @@ func (g *Gateway) dialTunnel(ctx context.Context, target string) (*route, net.Co
 func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunnelConn, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.dial)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", m.target.host)
+	c, err := memberDialer.DialContext(ctx, "tcp", m.target.host)
 	if err != nil {
 		return nil, &attemptError{cause: causeOf(err), member: true, err: fmt.Errorf("member %s: %w", m, err)}
 	}
 	deadline, _ := ctx.Deadline()
 	_ = c.SetDeadline(deadline)
-	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
-	if m.target.auth != "" {
-		req += "Proxy-Authorization: " + m.target.auth + "\r\n"
-	}
-	br := bufio.NewReaderSize(c, 1024)
-	var resp *http.Response
-	if _, err = io.WriteString(c, req+"\r\n"); err == nil {
-		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	}
+	a, err := memberConnect(c, target, m.target.auth)
 	if err != nil {
 		_ = c.Close()
 		return nil, &attemptError{cause: causeOf(err), member: true, sent: true, err: fmt.Errorf("member %s: CONNECT: %w", m, err)}
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp := a.resp; resp != nil {
 		_ = resp.Body.Close()
 		_ = c.Close()
 		return nil, &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: memberStatus(resp.StatusCode), sent: true,
 			err: memberRefusal(m, resp)}
 	}
 	_ = c.SetDeadline(time.Time{})
-	tc := &tunnelConn{Conn: c}
-	if n := br.Buffered(); n > 0 {
-		// Bytes the destination sent right after the member's answer.
-		tc.early, _ = br.Peek(n)
-		tc.early = append([]byte(nil), tc.early...)
-	}
-	return tc, nil
+	// early: bytes the destination sent right after the member's answer.
+	return &tunnelConn{Conn: c, early: a.early}, nil
 }
 
 // memberRefusal is the answer to a tunnel the member refused: its status,
@@ -625,6 +610,10 @@ func (c *rawTunnelConn) SyscallConn() (syscall.RawConn, error) {
 	}
 	return nil, errors.ErrUnsupported
 }
+
+// NetConn gives the relay the TCP connection, for splice(2) in bulk
+// transfers: with nothing read ahead, its bytes are the tunnel's.
+func (c *rawTunnelConn) NetConn() net.Conn { return c.Conn }
 
 // ProxyOptions are the forward proxy's settings in front of a Gateway.
 type ProxyOptions struct {

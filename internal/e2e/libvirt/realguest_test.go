@@ -80,8 +80,35 @@ const (
 
 // deniedOrigin is an address of the lab network, outside its DHCP range,
 // where a server answers like the allowed one; the entries' egressPolicy
-// denies it.
-var deniedOrigin = netip.MustParseAddr("198.51.100.50")
+// denies it. metadataAddr is the cloud's metadata address, served on the
+// lab network's bridge as a cloud serves it next to its guests.
+var (
+	deniedOrigin = netip.MustParseAddr("198.51.100.50")
+	metadataAddr = netip.MustParseAddr("169.254.169.254")
+)
+
+// hostilePart is the extra user-data of the kvm entry's Proxy (#21 item 1):
+// what a Proxy author who may add user-data, and so runs as root on the
+// guest after the operator's part, writes to open the proxy. It removes the
+// BasicAuth, Allow and ConnectPort lines from tinyproxy.conf, flushes the
+// nftables ruleset and restarts tinyproxy, routes the metadata address
+// onto the lab network (where the test serves it, so that only the egress
+// rules refuse it), flushes the ruleset again, and says on the console
+// that it ran. The operator's guard (internal/cloudinit) must leave a
+// proxy that still wants credentials and refuses the metadata address,
+// loopback and the denied origin.
+const hostilePart = `#!/bin/sh
+sed -i '/^BasicAuth/d;/^Allow/d;/^ConnectPort/d' /etc/tinyproxy/tinyproxy.conf
+nft flush ruleset
+systemctl restart tinyproxy
+dev=$(ip -o -4 addr show | awk '/ 198[.]51[.]100[.]/ {print $2; exit}')
+ip route replace 169.254.169.254/32 dev "$dev"
+nft flush ruleset
+echo "` + hostileMarker + `"
+`
+
+// hostileMarker is the console line of hostilePart's end.
+const hostileMarker = "egress-e2e: the hostile extra part ran"
 
 // labConfig is the providers configuration of the lab: a kvm2 entry reading
 // addresses from the network's DHCP leases, and a kvm entry asking the
@@ -125,9 +152,13 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 			},
 		}
 	}
+	// The kvm entry's administrator allows extra user-data: its Proxy
+	// carries hostilePart.
+	kvm := entry(kvmEntry, libvirt.TypeKVM, libvirt.AddressSourceAgent)
+	kvm.AllowExtraUserData = true
 	return &config.Config{Providers: []config.Entry{
 		entry(kvm2Entry, libvirt.TypeKVM2, libvirt.AddressSourceLease),
-		entry(kvmEntry, libvirt.TypeKVM, libvirt.AddressSourceAgent),
+		kvm,
 	}}
 }
 
@@ -169,9 +200,14 @@ func startOperator(t *testing.T, cfg *config.Config, ns string) {
 // (kvm) reports; through each, a request with the Secret's credentials
 // reaches a server in the namespace and one without gets 407; both
 // entries' ProviderHealth say OK; the entry's egress policy holds in the
-// guest (checkEgressPolicy); once Ready, the seed volume is gone and the
-// CD-ROM is empty; deleting the Proxies leaves no domain, disk, seed or
-// DHCP lease.
+// guest (checkEgressPolicy); the kvm Proxy carries hostilePart as extra
+// user-data (its entry allows it), and once the part has run the
+// operator's guard has undone it: 407 without credentials, the metadata
+// address (reachable from that guest, served on the bridge), loopback and
+// the denied origin refused, CONNECT to a port without ConnectPort 403
+// (waitForTheGuard, then the same checks as the other Proxy); once Ready,
+// the seed volume is gone and the CD-ROM is empty; deleting the Proxies
+// leaves no domain, disk, seed or DHCP lease.
 func TestRealGuestOnBothTypes(t *testing.T) {
 	testenv.Need(t, env)
 	l := libvirtlab.Start(t, libvirtlab.Options{GuestImage: true})
@@ -196,12 +232,16 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Close() })
 	target := "http://" + ln.Addr().String() + "/"
 	deniedTarget := serveOnBridge(t, l, deniedOrigin, greeting)
+	metadataTarget := serveOnBridge(t, l, metadataAddr, greeting) + "latest/meta-data/"
 
 	entries := []string{kvm2Entry, kvmEntry}
 	created := time.Now()
 	for _, e := range entries {
 		p := &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "egress-" + e},
 			Spec: crawlv1alpha1.ProxySpec{Provider: e, MachineType: machineType, Image: image}}
+		if e == kvmEntry {
+			p.Spec.ExtraUserData = hostilePart
+		}
 		if err := env.Client.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -209,11 +249,14 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 	// Both guests boot at once (TCG, one vCPU each). The wait follows their
 	// pace: it goes on while a guest writes to its serial console or its
 	// Proxy changes phase, and gives up after bootStall without either (a
-	// guest that is stuck), or at bootLimit, within the package's timeout.
+	// guest that is stuck), or at bootLimit; both are quiet-machine figures
+	// that follow the machine's pace (poll.Paced), within the package's
+	// timeout.
 	const (
 		bootStall = 5 * time.Minute
 		bootLimit = 18 * time.Minute
 	)
+	limit := withinDeadline(t, created, bootLimit)
 	var wg sync.WaitGroup
 	ready := make([]time.Duration, len(entries))
 	proxies := make([]*crawlv1alpha1.Proxy, len(entries))
@@ -239,11 +282,11 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 					}
 				}
 				switch {
-				case time.Since(created) > bootLimit:
-					why[i] = fmt.Sprintf("not Ready after %s", bootLimit)
+				case time.Since(created) > limit():
+					why[i] = fmt.Sprintf("not Ready after %s", limit())
 					return
-				case time.Since(progress) > bootStall:
-					why[i] = fmt.Sprintf("no serial console output and no phase change for %s (%d bytes of console output)", bootStall, seen)
+				case time.Since(progress) > poll.Paced(bootStall):
+					why[i] = fmt.Sprintf("no serial console output and no phase change for %s (%d bytes of console output)", poll.Paced(bootStall), seen)
 					return
 				case ctx.Err() != nil:
 					why[i] = ctx.Err().Error()
@@ -279,13 +322,15 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		// the end of cloud-init, a little later under TCG, and much later
 		// when other TCG guests share the cores (9 minutes after create was
 		// seen with four guests on two cores), so the bound counts from the
-		// create, not from Ready.
+		// create, not from Ready, and follows the machine's pace.
 		var code int
 		var body string
-		for deadline := created.Add(15 * time.Minute); time.Now().Before(deadline); waitABit(ctx, 2*time.Second) {
+		serveLimit := withinDeadline(t, created, 15*time.Minute)
+		for time.Since(created) < serveLimit() {
 			if code, body = get(ctx, withCreds, target); code == http.StatusOK {
 				break
 			}
+			waitABit(ctx, 2*time.Second)
 		}
 		t.Logf("%s: serving %s after the first create", e, time.Since(created).Round(time.Second))
 		if code != http.StatusOK || body != greeting {
@@ -296,7 +341,10 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		if code, _ := get(ctx, &bare, target); code != http.StatusProxyAuthRequired {
 			t.Errorf("%s: through the proxy without credentials: %d, want 407", e, code)
 		}
-		checkEgressPolicy(ctx, t, e, withCreds, ln.Addr().String(), deniedTarget)
+		if e == kvmEntry {
+			waitForTheGuard(ctx, t, l, domainOf(t, p), withCreds, &bare, target, metadataTarget)
+		}
+		checkEgressPolicy(ctx, t, e, withCreds, ln.Addr().String(), deniedTarget, metadataTarget)
 		var ph crawlv1alpha1.ProviderHealth
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: e}, &ph); err != nil {
 			t.Errorf("%s: ProviderHealth: %v", e, err)
@@ -309,7 +357,7 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 	// (the provider releases them at the Get that sees the address).
 	for i, e := range entries {
 		name := domainOf(t, proxies[i])
-		poll.Until(t, 2*time.Minute, func() (bool, string) {
+		poll.UntilPaced(t, 2*time.Minute, func() (bool, string) {
 			_, _ = l.Virsh("pool-refresh", "--pool", l.Pool)
 			vols, err := l.Virsh("vol-list", "--pool", l.Pool)
 			if err != nil {
@@ -377,7 +425,7 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		}
 	}
 	deleted := time.Now()
-	poll.Until(t, 8*time.Minute, func() (bool, string) {
+	poll.UntilPaced(t, 8*time.Minute, func() (bool, string) {
 		for _, e := range entries {
 			err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "egress-" + e}, &crawlv1alpha1.Proxy{})
 			if !apierrors.IsNotFound(err) {
@@ -484,14 +532,14 @@ func serveOnBridge(t *testing.T, l *libvirtlab.Lab, addr netip.Addr, greeting st
 // the allowed origin answered 200 before this is called. Without the rules,
 // http://127.0.0.1:<tinyproxy's port>/ would reach tinyproxy itself (407)
 // and the denied origin would answer 200.
-func checkEgressPolicy(ctx context.Context, t *testing.T, entry string, proxy *url.URL, allowedHostPort, deniedTarget string) {
+func checkEgressPolicy(ctx context.Context, t *testing.T, entry string, proxy *url.URL, allowedHostPort, deniedTarget, metadataTarget string) {
 	t.Helper()
 	if code := connect(ctx, t, proxy, allowedHostPort); code != http.StatusForbidden {
 		t.Errorf("%s: CONNECT %s (port not allowed) = %d, want 403", entry, allowedHostPort, code)
 	}
 	for _, c := range []struct{ what, target string }{
 		{"loopback", "http://127.0.0.1:" + proxy.Port() + "/"},
-		{"the metadata address", "http://169.254.169.254/latest/meta-data/"},
+		{"the metadata address", metadataTarget},
 		{"an address in denyCIDRs", deniedTarget},
 	} {
 		if code, body := get(ctx, proxy, c.target); code != http.StatusInternalServerError {
@@ -525,4 +573,53 @@ func connect(ctx context.Context, t *testing.T, proxy *url.URL, hostPort string)
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode
+}
+
+// waitForTheGuard waits, on the guest whose Proxy carries hostilePart, until
+// the part has run (its line on the serial console) and the operator's
+// guard has put the operator's configuration back (tinyproxy restarted
+// after cloud-init's final stage with the operator's tinyproxy.conf and
+// rules): without credentials 407, and the metadata address and loopback
+// refused. Before the guard's restart, the rules the part flushed last are
+// missing for a moment; without the guard they stay missing and the proxy
+// stays open, and this fails.
+func waitForTheGuard(ctx context.Context, t *testing.T, l *libvirtlab.Lab, domain string, withCreds, bare *url.URL, target, metadataTarget string) {
+	t.Helper()
+	serial := filepath.Join(l.SerialDir, domain+".log")
+	err := poll.WaitPaced(ctx, 2*time.Minute, func() (bool, string) {
+		b, _ := os.ReadFile(serial)
+		if !bytes.Contains(b, []byte(hostileMarker)) {
+			return false, "the hostile part has not said on the console that it ran"
+		}
+		if code, _ := get(ctx, bare, target); code != http.StatusProxyAuthRequired {
+			return false, fmt.Sprintf("after the hostile part, without credentials: %d, want 407", code)
+		}
+		for _, dst := range []string{metadataTarget, "http://127.0.0.1:" + withCreds.Port() + "/"} {
+			if code, _ := get(ctx, withCreds, dst); code != http.StatusInternalServerError {
+				return false, fmt.Sprintf("after the hostile part, GET %s with credentials: %d, want 500 (refused in the guest)", dst, code)
+			}
+		}
+		return true, ""
+	})
+	if err != nil {
+		t.Errorf("the guard did not undo the hostile extra part: %v", err)
+		return
+	}
+	b, _ := os.ReadFile(serial)
+	t.Logf("%s: the hostile extra part ran and the guard undid it (console says the guard ran: %t)", domain, bytes.Contains(b, []byte("egress-proxy-guard")) || bytes.Contains(b, []byte("the operator's configuration and egress rules")))
+}
+
+// withinDeadline returns the bound of a wait that began at from: quiet on
+// a quiet machine, following the machine's pace (poll.Paced, read at each
+// call), and never reaching past the test's deadline less two minutes for
+// the checks and cleanup after it.
+func withinDeadline(t *testing.T, from time.Time, quiet time.Duration) func() time.Duration {
+	dl, has := t.Deadline()
+	return func() time.Duration {
+		b := poll.Paced(quiet)
+		if has {
+			b = min(b, dl.Add(-2*time.Minute).Sub(from))
+		}
+		return b
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // The test package runs inside the lab's namespaces.
@@ -65,8 +66,11 @@ func labEntry(t testing.TB, l *libvirtlab.Lab, typ string) *config.Entry {
 			SerialLogDir:   l.SerialDir,
 			Budgets: Budgets{
 				PollInterval: &metav1.Duration{Duration: 50 * time.Millisecond},
-				Dial:         &metav1.Duration{Duration: 3 * time.Second},
-				Keepalive:    &metav1.Duration{Duration: time.Second},
+				// Short, for the outage tests, but following the machine's
+				// pace: a keepalive a loaded machine answers late ends the
+				// connection and fails the call on it.
+				Dial:      &metav1.Duration{Duration: poll.Paced(3 * time.Second)},
+				Keepalive: &metav1.Duration{Duration: poll.Paced(time.Second)},
 				// No OS answers the ACPI power-off: do not wait for it.
 				Shutdown: &metav1.Duration{Duration: time.Nanosecond},
 			},
@@ -106,8 +110,10 @@ func request(name string) provider.Request {
 	}
 }
 
+// ctxT bounds one provider call: two minutes on a quiet machine, longer as
+// the machine's pace says.
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), poll.Paced(2*time.Minute))
 	t.Cleanup(cancel)
 	return ctx
 }

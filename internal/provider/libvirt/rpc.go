@@ -130,6 +130,11 @@ func (d *rpcDriver) call(ctx context.Context, h Host, what string, fn func(l *lv
 	case err = <-done:
 	case <-ctx.Done():
 		d.dropConn(h.Name, c)
+		// Closing the channel ends the call at once (go-libvirt fails its
+		// pending calls, "procedure interrupted"). Wait for it: fn writes
+		// the caller's variables, which the caller reads once this returns
+		// (a race a hung libvirtd showed, TestPausedLibvirtdHoldsOnlyItsEntry).
+		<-done //nolint:errcheck // the interrupted call's error ("procedure interrupted") says less than ctx's
 		return fmt.Errorf("%s on host %s: %w", what, h.Name, ctx.Err())
 	}
 	if err == nil {

@@ -82,7 +82,7 @@ func TestSeedReleasedOnceConsumed(t *testing.T) {
 			// release that failed is retried at the next Get (a guest
 			// without an OS can keep the tray from opening while its
 			// firmware waits for the medium: ejectSeedDrive).
-			poll.Until(t, time.Minute, func() (bool, string) {
+			poll.UntilPaced(t, time.Minute, func() (bool, string) {
 				inst, err := p.Get(ctxT(t), id)
 				if err != nil || inst.State != provider.StateRunning {
 					return false, fmt.Sprintf("Get with a lease = %+v, %v; want Running", inst, err)
@@ -139,7 +139,7 @@ func TestSeedReleaseRestartSafe(t *testing.T) {
 				}
 				if via == "get" {
 					fakeLease(t, l, macFor(req.OwnerUID, req.Name), "198.51.100."+[]string{"211", "212", "213", "214"}[2*i+j])
-					poll.Until(t, 10*time.Second, func() (bool, string) {
+					poll.UntilPaced(t, 10*time.Second, func() (bool, string) {
 						inst, err := fresh.Get(ctxT(t), id)
 						return err == nil && inst.State == provider.StateRunning, fmt.Sprintf("Get with a lease = %+v, %v; want Running", inst, err)
 					})

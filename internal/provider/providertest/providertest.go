@@ -78,7 +78,9 @@ type Harness interface {
 	OtherInstallation(t *testing.T) provider.Provider
 }
 
-// timeout bounds every wait of the suite.
+// timeout bounds every wait of the suite on a quiet machine; the waits,
+// and each subtest's context (twice as long), follow the machine's pace
+// (poll.Paced), so that a loaded CI machine gets proportionally longer ones.
 const timeout = 60 * time.Second
 
 // Run runs the contract suite; newHarness is called once per subtest.
@@ -100,7 +102,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := &suite{h: newHarness(t)}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+			ctx, cancel := poll.PacedContext(context.Background(), 2*timeout)
 			t.Cleanup(cancel)
 			s.ctx = ctx
 			c.run(t, s)
@@ -149,7 +151,7 @@ func (s *suite) checkSecrets(t *testing.T) {
 func (s *suite) create(t *testing.T, p provider.Provider, req provider.Request) provider.ID {
 	t.Helper()
 	var id provider.ID
-	poll.Until(t, timeout, func() (bool, string) {
+	poll.UntilPaced(t, timeout, func() (bool, string) {
 		got, err := p.Create(s.ctx, req)
 		if s.seen(err) != nil {
 			if !provider.IsInProgress(err) && !provider.IsTransient(err) {
@@ -170,7 +172,7 @@ func (s *suite) create(t *testing.T, p provider.Provider, req provider.Request) 
 // InProgress or Transient.
 func (s *suite) remove(t *testing.T, p provider.Provider, id provider.ID) {
 	t.Helper()
-	poll.Until(t, timeout, func() (bool, string) {
+	poll.UntilPaced(t, timeout, func() (bool, string) {
 		err := s.seen(p.Delete(s.ctx, id))
 		if err != nil && !provider.IsInProgress(err) && !provider.IsTransient(err) {
 			t.Fatalf("Delete %s: %v (class %s), want nil, InProgress or Transient", id, err, provider.ClassOf(err))
@@ -183,7 +185,7 @@ func (s *suite) remove(t *testing.T, p provider.Provider, id provider.ID) {
 func (s *suite) ours(t *testing.T, p provider.Provider, req provider.Request) []provider.Instance {
 	t.Helper()
 	var list []provider.Instance
-	poll.Until(t, timeout, func() (bool, string) {
+	poll.UntilPaced(t, timeout, func() (bool, string) {
 		var err error
 		list, err = p.ListByTag(s.ctx)
 		if s.seen(err) != nil && !provider.IsTransient(err) {
@@ -204,7 +206,7 @@ func (s *suite) ours(t *testing.T, p provider.Provider, req provider.Request) []
 func (s *suite) checkInstance(t *testing.T, p provider.Provider, id provider.ID, req provider.Request) {
 	t.Helper()
 	var in provider.Instance
-	poll.Until(t, timeout, func() (bool, string) {
+	poll.UntilPaced(t, timeout, func() (bool, string) {
 		var err error
 		in, err = p.Get(s.ctx, id)
 		if s.seen(err) != nil && !provider.IsTransient(err) {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // daemon is one foreground daemon process the lab owns.
@@ -20,6 +22,8 @@ type daemon struct {
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
+	// paused is set between pause and resume.
+	paused bool
 }
 
 func (d *daemon) start() error {
@@ -78,7 +82,30 @@ func (d *daemon) running() bool {
 	}
 }
 
-// stop sends SIGTERM, and SIGKILL after ten seconds. With children, it
+// pause stops the daemon with SIGSTOP: it keeps its sockets, which accept
+// connections the kernel queues, and answers nothing, as a hung daemon
+// does. resume lets it go on with SIGCONT.
+func (d *daemon) pause() error {
+	if !d.running() {
+		return fmt.Errorf("%s is not running", d.name)
+	}
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stopping %s with SIGSTOP: %w", d.name, err)
+	}
+	d.paused = true
+	return nil
+}
+
+func (d *daemon) resume() {
+	if d.paused && d.running() {
+		_ = d.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	d.paused = false
+}
+
+// stop sends SIGTERM, and SIGKILL after ten seconds (on a quiet machine;
+// the wait follows the machine's pace). A paused daemon is resumed first,
+// so that it can handle the SIGTERM. With children, it
 // first kills the processes the daemon forked (sshd's per-connection
 // processes, which put themselves in sessions of their own), so that open
 // connections end too.
@@ -92,8 +119,9 @@ func (d *daemon) stop(t testing.TB, children bool) {
 			_ = syscall.Kill(c, syscall.SIGKILL)
 		}
 	}
+	d.resume()
 	_ = d.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(10 * time.Second)
+	timer := time.NewTimer(poll.Paced(10 * time.Second))
 	defer timer.Stop()
 	select {
 	case <-d.done:

@@ -71,7 +71,7 @@ func guestDomainXML(l *Lab, name, disk, seed, mac, serial string) string {
 // namespace, and one without them gets 407.
 func TestRealGuestServesProxy(t *testing.T) {
 	l := Start(t, Options{GuestImage: true})
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Paced(12*time.Minute))
 	defer cancel()
 
 	// The server the proxy forwards to, on the network's host address.
@@ -135,7 +135,7 @@ func TestRealGuestServesProxy(t *testing.T) {
 
 	// 1. A DHCP lease from the lab network's dnsmasq, for the guest's MAC.
 	var addr netip.Addr
-	poll.Until(t, 10*time.Minute, func() (bool, string) {
+	poll.UntilPaced(t, 10*time.Minute, func() (bool, string) {
 		leases, err := l.Leases()
 		if err != nil {
 			return false, err.Error()
@@ -159,7 +159,7 @@ func TestRealGuestServesProxy(t *testing.T) {
 
 	// 2. tinyproxy serves on the rendered port.
 	proxyAddr := net.JoinHostPort(addr.String(), strconv.Itoa(port))
-	poll.Until(t, 10*time.Minute, func() (bool, string) {
+	poll.UntilPaced(t, 10*time.Minute, func() (bool, string) {
 		dctx, dcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer dcancel()
 		c, err := (&net.Dialer{}).DialContext(dctx, "tcp", proxyAddr)
@@ -172,7 +172,7 @@ func TestRealGuestServesProxy(t *testing.T) {
 	serving := time.Since(started)
 
 	// 3. The guest agent answers and reports the leased address.
-	poll.Until(t, 5*time.Minute, func() (bool, string) {
+	poll.UntilPaced(t, 5*time.Minute, func() (bool, string) {
 		out, err := l.Virsh("domifaddr", name, "--source", "agent")
 		if err != nil {
 			return false, err.Error()

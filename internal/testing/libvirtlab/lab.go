@@ -505,7 +505,7 @@ func (l *Lab) definePoolAndNetwork() error {
 // Virsh runs virsh against the lab's libvirtd and returns its standard
 // output; the error carries its standard error. For test assertions.
 func (l *Lab) Virsh(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Paced(2*time.Minute))
 	defer cancel()
 	cmd := command(ctx, "virsh", append([]string{"-q", "-c", l.URI}, args...)...)
 	var stderr strings.Builder
@@ -566,11 +566,41 @@ func (l *Lab) StartLibvirtd() {
 	}
 }
 
+// PauseLibvirtd stops libvirtd with SIGSTOP, as a daemon that hangs: its
+// socket still accepts connections (the kernel queues them), the lab's sshd
+// still answers, its keepalives included, and no libvirt call gets an
+// answer. Running domains and dnsmasq go on. ResumeLibvirtd lets it go on;
+// the lab's teardown resumes it too, so a test that fails while it is
+// paused leaves nothing stopped. Register ResumeLibvirtd with t.Cleanup
+// when the test itself needs the daemon back after a failure.
+func (l *Lab) PauseLibvirtd() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.libvirtd.pause(); err != nil {
+		l.t.Fatalf("libvirtlab: %v", err)
+	}
+}
+
+// ResumeLibvirtd sends SIGCONT to a libvirtd PauseLibvirtd stopped and
+// waits until it answers; it does nothing when libvirtd is not paused.
+func (l *Lab) ResumeLibvirtd() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.libvirtd.paused {
+		return
+	}
+	l.libvirtd.resume()
+	if err := l.waitLibvirtd(); err != nil {
+		l.t.Errorf("libvirtlab: %v", err)
+	}
+}
+
 // waitFor polls check (with the tests' one polling helper) until it
-// succeeds, for at most a minute. A daemon that exited ends the wait at once.
+// succeeds, for at most what a minute is on a quiet machine (the wait
+// follows the machine's pace). A daemon that exited ends the wait at once.
 func (l *Lab) waitFor(what string, check func() error) error {
 	var exited error
-	err := poll.Wait(context.Background(), time.Minute, func() (bool, string) {
+	err := poll.WaitPaced(context.Background(), time.Minute, func() (bool, string) {
 		err := check()
 		var exit *exitError
 		if errors.As(err, &exit) {
@@ -597,6 +627,11 @@ func (l *Lab) teardown() {
 	defer l.mu.Unlock()
 	if l.t.Failed() {
 		l.t.Logf("libvirtlab: daemon logs:\n%s", l.daemonLogs())
+	}
+	if l.libvirtd != nil {
+		// A daemon a failed test left paused answers nothing: the virsh
+		// calls below would wait for it.
+		l.libvirtd.resume()
 	}
 	if l.libvirtd != nil && l.libvirtd.running() {
 		// Destroying the domains and the network through libvirt stops

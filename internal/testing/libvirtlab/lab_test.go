@@ -59,11 +59,12 @@ func sshCmd(ctx context.Context, l *Lab, extra ...string) *exec.Cmd {
 // TestLab proves the lab is a working libvirt host: the daemons answer, the
 // pool and network exist, a TCG domain starts and is destroyed, the sshd
 // admits the lab's key (and checks as the lab's host key), forwards a local
-// stream to the libvirt socket the way kvm2 tunnels, and StopSSHD and
-// StopLibvirtd really stop the daemons while domains go on.
+// stream to the libvirt socket the way kvm2 tunnels, StopSSHD and
+// StopLibvirtd really stop the daemons while domains go on, and
+// PauseLibvirtd hangs libvirtd while its socket and the sshd still answer.
 func TestLab(t *testing.T) {
 	l := Start(t, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Paced(5*time.Minute))
 	defer cancel()
 
 	if got := mustVirsh(t, l, "pool-info", l.Pool); !strings.Contains(got, "running") {
@@ -109,7 +110,7 @@ func TestLab(t *testing.T) {
 	fwdDone := make(chan error, 1)
 	go func() { fwdDone <- fwd.Wait() }()
 	defer func() { _ = fwd.Process.Kill() }()
-	poll.Until(t, time.Minute, func() (bool, string) {
+	poll.UntilPaced(t, time.Minute, func() (bool, string) {
 		_, err := os.Stat(local)
 		return err == nil, fmt.Sprintf("the forwarded socket: %v", err)
 	})
@@ -137,13 +138,13 @@ func TestLab(t *testing.T) {
 		_ = c.Close()
 		t.Errorf("sshd still accepts connections after StopSSHD")
 	}
-	fwdTimeout := time.NewTimer(30 * time.Second)
+	fwdTimeout := time.NewTimer(poll.Paced(30 * time.Second))
 	defer fwdTimeout.Stop()
 	select {
 	case err := <-fwdDone:
 		t.Logf("the forward ended with StopSSHD: %v", err)
 	case <-fwdTimeout.C:
-		t.Fatalf("the forwarded connection outlived StopSSHD by 30 s")
+		t.Fatalf("the forwarded connection outlived StopSSHD by %s", poll.Paced(30*time.Second))
 	}
 	l.StartSSHD()
 	if out, err := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "true").CombinedOutput(); err != nil {
@@ -165,6 +166,30 @@ func TestLab(t *testing.T) {
 	l.StartLibvirtd()
 	if got := strings.TrimSpace(mustVirsh(t, l, "domstate", "noos")); got != "running" {
 		t.Errorf("after StartLibvirtd the domain is %q, want running", got)
+	}
+
+	// PauseLibvirtd: a hung daemon. Its socket still takes connections and
+	// the sshd still answers, but no libvirt call gets an answer; once
+	// resumed it answers again, and so does the domain's state.
+	l.PauseLibvirtd()
+	t.Cleanup(l.ResumeLibvirtd)
+	hung, hungCancel := context.WithTimeout(ctx, poll.Paced(3*time.Second))
+	out, err = exec.CommandContext(hung, "virsh", "-q", "-c", l.URI, "version").CombinedOutput()
+	hungCancel()
+	if err == nil || hung.Err() == nil {
+		t.Errorf("virsh answered while libvirtd was paused: %v: %s", err, out)
+	}
+	if c, err := net.DialTimeout("unix", l.SocketPath, poll.Paced(5*time.Second)); err != nil {
+		t.Errorf("the paused libvirtd's socket refused a connection: %v", err)
+	} else {
+		_ = c.Close()
+	}
+	if out, err := sshCmd(ctx, l, l.SSHUser+"@127.0.0.1", "true").CombinedOutput(); err != nil {
+		t.Errorf("ssh while libvirtd was paused: %v: %s", err, out)
+	}
+	l.ResumeLibvirtd()
+	if got := strings.TrimSpace(mustVirsh(t, l, "domstate", "noos")); got != "running" {
+		t.Errorf("after ResumeLibvirtd the domain is %q, want running", got)
 	}
 
 	mustVirsh(t, l, "destroy", "noos")

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // Env is a running control plane with the project's CRDs installed.
@@ -82,7 +84,11 @@ func start() (*Env, error) {
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true, Scheme: scheme}
+	// kube-apiserver's start waits envtest's 20 s on a quiet machine, the
+	// machine's pace on a loaded one (it timed out five times in a row at
+	// load average 40).
+	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true, Scheme: scheme,
+		ControlPlaneStartTimeout: poll.Paced(20 * time.Second)}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, err
