@@ -45,6 +45,21 @@ func (id *Identity) NewStamp(entry, place, ownerUID, name, owner string, created
 	return s
 }
 
+// SignedForAnother reports whether s, read at place, verifies for one of
+// entries (the configuration's entries; the reader's own may be among them,
+// its check having failed already). Entries of one installation
+// may share a host or a cluster: a stamp that does not verify for the
+// entry reading it but does for another is that entry's instance, foreign
+// to the reader yet no sign of a lost or replaced key.
+func (id *Identity) SignedForAnother(s Stamp, entries []string, place string) bool {
+	for _, e := range entries {
+		if id.VerifyStamp(s, e, place) == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // VerifyStamp is Verify of a stamp read from an instance of entry at place.
 func (id *Identity) VerifyStamp(s Stamp, entry, place string) error {
 	return id.Verify(s.Mark(entry, place), s.Signature)

@@ -1,49 +1,44 @@
 package ownership_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 )
 
-// TestStamp: a stamp carries this installation's ID and the creation time as
-// stored (UTC, whole seconds), verifies where it was made, and only there.
-func TestStamp(t *testing.T) {
+// TestSignedForAnother: a stamp that does not verify for the entry reading
+// it is another entry's when it verifies for that entry at the same place;
+// only then is it no sign of a lost key.
+func TestSignedForAnother(t *testing.T) {
 	prod := identity(t, "prod", testKey)
-	staging := identity(t, "staging", []byte("staging's key of thirty-two byte"))
-	created := time.Date(2026, 12, 1, 7, 0, 0, 999, time.FixedZone("x", 3600))
-	s := prod.NewStamp("pve", "vmid=150", "uid-a", "crawl-a", "crawl/a", created)
-
-	want := ownership.Stamp{Installation: "prod", OwnerUID: "uid-a", Name: "crawl-a", Owner: "crawl/a",
-		CreatedAt: time.Date(2026, 12, 1, 6, 0, 0, 0, time.UTC), Signature: s.Signature}
-	if diff := cmp.Diff(want, s); diff != "" {
-		t.Errorf("NewStamp (-want +got):\n%s", diff)
-	}
-	if s.Signature != prod.Sign(s.Mark("pve", "vmid=150")) {
-		t.Errorf("the stamp's signature is not that of its Mark at its entry and place")
-	}
+	created := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
+	kvm2s := prod.NewStamp("kvm2-lab", "host=lab1", "uid-1", "crawl-a-1234abcd", "crawl/a", created)
+	lostKey := identity(t, "prod", []byte("another key of thirty-two bytes!")).NewStamp("kvm-lab", "host=lab1", "uid-2", "crawl-b-1234abcd", "crawl/b", created)
 	for _, c := range []struct {
 		name, reason string
-		id           *ownership.Identity
-		stamp        ownership.Stamp
-		entry, place string
-		want         error
+		entries      []string
+		place        string
+		want         bool
 	}{
-		{"where it was made", "the operator reads back its own stamp", prod, s, "pve", "vmid=150", nil},
-		{"another place", "a stamp copied onto another VM", prod, s, "pve", "vmid=151", ownership.ErrBadSignature},
-		{"another entry", "two entries that share a cluster", prod, s, "pve2", "vmid=150", ownership.ErrBadSignature},
-		{"another installation", "staging reads production's VM", staging, s, "pve", "vmid=150", ownership.ErrOtherInstallation},
-		{"unsigned", "a stamp written by hand", prod, func() ownership.Stamp { u := s; u.Signature = ""; return u }(), "pve", "vmid=150", ownership.ErrUnsigned},
-		{"edited", "the owner's UID changed by hand", prod, func() ownership.Stamp { u := s; u.OwnerUID = "uid-b"; return u }(), "pve", "vmid=150", ownership.ErrBadSignature},
+		{"a sibling's instance", "kvm-lab reads the domain kvm2-lab made on their shared host",
+			[]string{"kvm2-lab", "kvm-lab"}, "host=lab1", true},
+		{"no sibling of that name", "the entry that signed it is not in the configuration (any more)",
+			[]string{"kvm-lab"}, "host=lab1", false},
+		{"another place", "a stamp copied to another host verifies for no entry there",
+			[]string{"kvm2-lab", "kvm-lab"}, "host=lab2", false},
+		{"no entries", "a configuration of one entry has no sibling to ask",
+			nil, "host=lab1", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if err := c.id.VerifyStamp(c.stamp, c.entry, c.place); !errors.Is(err, c.want) || (c.want == nil && err != nil) {
-				t.Errorf("VerifyStamp = %v, want %v (%s)", err, c.want, c.reason)
+			if diff := cmp.Diff(c.want, prod.SignedForAnother(kvm2s, c.entries, c.place)); diff != "" {
+				t.Errorf("%s (-want +got):\n%s", c.reason, diff)
 			}
 		})
+	}
+	// A lost key: the stamp was signed with another key, and verifies for
+	// no entry at all, its own included.
+	if prod.SignedForAnother(lostKey, []string{"kvm2-lab", "kvm-lab"}, "host=lab1") {
+		t.Error("a stamp of a lost key counted as a sibling's: the loss would go unreported")
 	}
 }

@@ -54,6 +54,10 @@ type Deps struct {
 	// whose mark it verifies are the provider's (listed, adopted, changed
 	// or deleted). Never nil in a running operator.
 	Ownership *ownership.Identity
+	// Entries are the names of every entry of the providers configuration.
+	// Entries may share a host or a cluster: an instance signed for
+	// another of them is that entry's, not a sign of a lost key.
+	Entries []string
 }
 
 // Types is a list of provider types.

@@ -148,6 +148,9 @@ func New(o Options) (*Operator, error) {
 	}
 
 	deps := provider.Deps{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), OwnImage: o.OwnImage, Ownership: o.Ownership}
+	for i := range o.Config.Providers {
+		deps.Entries = append(deps.Entries, o.Config.Providers[i].Name)
+	}
 	providers := make(map[string]provider.Provider, len(o.Config.Providers))
 	for i := range o.Config.Providers {
 		e := &o.Config.Providers[i]

@@ -100,6 +100,8 @@ func (h *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, na
 			t.Fatal(err)
 		}
 		m = newMark(forger, h.entry.Name, "kvm1", m.OwnerUID, name, m.Owner, m.CreatedAt)
+	case providertest.Sibling:
+		m = newMark(testIdentity, providertest.SiblingEntry, "kvm1", m.OwnerUID, name, m.Owner, m.CreatedAt)
 	default:
 		return "", false
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
@@ -94,7 +95,7 @@ var testIdentity = ownershiptest.Identity("libvirt-tests")
 
 func newProvider(t *testing.T, e *config.Entry) *Provider {
 	t.Helper()
-	p, err := New(Options{Ownership: testIdentity, Entry: e})
+	p, err := New(Options{Ownership: testIdentity, Entry: e, Entries: []string{e.Name, providertest.SiblingEntry}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,10 @@ type Options struct {
 	// every domain the provider defines; only domains whose mark it
 	// verifies are the provider's. Required.
 	Ownership *ownership.Identity
+	// Entries are the configuration's entry names (provider.Deps.Entries):
+	// a mark signed for another entry of this installation is not counted
+	// as unverified.
+	Entries []string
 }
 
 // Provider runs proxies as libvirt domains on a set of hosts reached over
@@ -40,11 +44,13 @@ type Options struct {
 // differs.
 type Provider struct {
 	ident *ownership.Identity
-	entry *config.Entry
-	block *Block
-	drv   driver
-	now   func() time.Time
-	names keyedlock.Locker
+	// entries are the configuration's entry names (Options.Entries).
+	entries []string
+	entry   *config.Entry
+	block   *Block
+	drv     driver
+	now     func() time.Time
+	names   keyedlock.Locker
 
 	cmu      sync.Mutex
 	listings map[string]*sharedread.Read[[]domainInfo] // by host name
@@ -119,7 +125,7 @@ func New(o Options) (*Provider, error) {
 		now = time.Now
 	}
 	return &Provider{
-		ident: o.Ownership, entry: o.Entry, block: b, drv: drv, now: now,
+		ident: o.Ownership, entries: o.Entries, entry: o.Entry, block: b, drv: drv, now: now,
 		listings: map[string]*sharedread.Read[[]domainInfo]{},
 		facts:    map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
 		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},
@@ -234,7 +240,7 @@ func (p *Provider) factsOf(ctx context.Context, h Host, d domainInfo) (domainFac
 			logr.FromContextOrDiscard(ctx).V(1).Info("a domain's mark is not this installation's; leaving it alone",
 				"host", h.Name, "domain", d.Name, "reason", err.Error())
 			f.Marked = false
-			f.BadSignature = errors.Is(err, ownership.ErrBadSignature)
+			f.BadSignature = errors.Is(err, ownership.ErrBadSignature) && !p.ident.SignedForAnother(f.Mark, p.entries, hostPlace(h.Name))
 		}
 	}
 	if d.UUID != "" {

@@ -31,7 +31,17 @@ const (
 	// BadSignature is Unsigned with a signature made with another key
 	// under this installation's ID.
 	BadSignature Foreign = "bad-signature"
+	// Sibling is an instance another entry of this installation made at
+	// the same place (entries may share a host or a cluster), signed with
+	// this installation's key for SiblingEntry: foreign to the entry under
+	// test, and no sign of a lost key. A harness that can add it lists
+	// SiblingEntry in its providers' entries (provider.Deps.Entries).
+	Sibling Foreign = "sibling"
 )
+
+// SiblingEntry is the name of the other entry a Sibling instance is signed
+// for.
+const SiblingEntry = "contract-sibling"
 
 // Harness is one provider type's world for the suite: a provider entry and
 // the infrastructure behind it, fresh for each subtest (cleaned up with t).
@@ -329,7 +339,7 @@ func listing(t *testing.T, s *suite) {
 func ownership(t *testing.T, s *suite) {
 	p := s.h.Provider(t)
 	kinds := 0
-	for _, kind := range []Foreign{Unmarked, Forged, Unsigned, BadSignature} {
+	for _, kind := range []Foreign{Unmarked, Forged, Unsigned, BadSignature, Sibling} {
 		name := "contract-" + string(kind)
 		id, ok := s.h.AddForeign(t, kind, name)
 		if !ok {
@@ -360,7 +370,9 @@ func ownership(t *testing.T, s *suite) {
 			}
 		}
 		// Only a signature that fails under this installation's ID is the
-		// sign of a lost key; the rest are foreign and hold up nothing.
+		// sign of a lost key; the rest are foreign and hold up nothing, a
+		// sibling entry's instance included (#21 item 4: two entries on one
+		// host must not hold each other's creates).
 		if _, lists := provider.AsUnverifiedLister(p); lists {
 			if got, want := reportsUnverified(p, id), kind == BadSignature; got != want {
 				t.Errorf("Unverified reports the %s instance: %v, want %v", kind, got, want)

@@ -104,6 +104,8 @@ func (c *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, na
 		}
 		m = newMark(forger, c.h.entry.Name, vmid, m.OwnerUID, m.Name, m.Owner, m.CreatedAt)
 		desc = description(m)
+	case providertest.Sibling:
+		desc = description(newMark(testIdentity, providertest.SiblingEntry, vmid, m.OwnerUID, m.Name, m.Owner, m.CreatedAt))
 	default:
 		return "", false
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
@@ -153,7 +154,7 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 // instance is what an operator restart looks like.
 func (h *harness) provider() *Provider {
 	h.t.Helper()
-	p, err := New(Options{Ownership: testIdentity, Entry: h.entry})
+	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Entries: []string{h.entry.Name, providertest.SiblingEntry}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -34,17 +34,23 @@ type Options struct {
 	// every VM the provider clones; only VMs whose mark it verifies are
 	// the provider's. Required.
 	Ownership *ownership.Identity
+	// Entries are the configuration's entry names (provider.Deps.Entries):
+	// a mark signed for another entry of this installation is not counted
+	// as unverified.
+	Entries []string
 }
 
 // Provider runs proxies as Proxmox VE VMs.
 type Provider struct {
-	ident  *ownership.Identity
-	entry  *config.Entry
-	block  *Block
-	api    *client
-	now    func() time.Time
-	lo, hi int
-	names  keyedlock.Locker
+	ident *ownership.Identity
+	// entries are the configuration's entry names (Options.Entries).
+	entries []string
+	entry   *config.Entry
+	block   *Block
+	api     *client
+	now     func() time.Time
+	lo, hi  int
+	names   keyedlock.Locker
 
 	// The shared reads: the cluster-wide listing and, by node, the node
 	// listings, the views that serve every Get of the node's VMs for a
@@ -168,7 +174,7 @@ func New(o Options) (*Provider, error) {
 	}
 	lo, hi := b.VMIDs()
 	p := &Provider{
-		ident: o.Ownership, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
+		ident: o.Ownership, entries: o.Entries, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
 		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
@@ -292,7 +298,7 @@ func (p *Provider) markOf(ctx context.Context, r Resource) (mark, bool, error) {
 	bad := false
 	if mok {
 		if err := p.ident.VerifyStamp(m, p.entry.Name, vmidPlace(r.VMID)); err != nil {
-			bad = errors.Is(err, ownership.ErrBadSignature)
+			bad = errors.Is(err, ownership.ErrBadSignature) && !p.ident.SignedForAnother(m, p.entries, vmidPlace(r.VMID))
 			// Unsigned, forged, copied from another VM, or another
 			// installation's: foreign, never touched.
 			logr.FromContextOrDiscard(ctx).V(1).Info("a VM's mark is not this installation's; leaving it alone",

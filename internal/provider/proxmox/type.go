@@ -11,6 +11,6 @@ var Type = provider.Type{
 	Name:     TypeName,
 	NewBlock: func() config.Block { return &Block{} },
 	New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
-		return New(Options{Entry: e, Log: d.Log, Ownership: d.Ownership})
+		return New(Options{Entry: e, Log: d.Log, Ownership: d.Ownership, Entries: d.Entries})
 	},
 }
