@@ -177,9 +177,13 @@ func (h *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, na
 			kubernetes.LabelOwnerUID: "uid-someone",
 		}
 		pod.Annotations = map[string]string{kubernetes.AnnotationName: name, kubernetes.AnnotationOwner: "ns/p"}
-	case providertest.Unsigned, providertest.BadSignature:
+	case providertest.Unsigned, providertest.BadSignature, providertest.Sibling:
+		entry := h.entry.Name
+		if kind == providertest.Sibling {
+			entry = providertest.SiblingEntry
+		}
 		pod.Labels = map[string]string{
-			kubernetes.LabelManagedBy: kubernetes.LabelManagedByValue, kubernetes.LabelProvider: h.entry.Name,
+			kubernetes.LabelManagedBy: kubernetes.LabelManagedByValue, kubernetes.LabelProvider: entry,
 			kubernetes.LabelInstallation: testOwnership.Installation(), kubernetes.LabelOwnerUID: "uid-" + string(kind),
 		}
 		pod.Annotations = map[string]string{kubernetes.AnnotationName: name, kubernetes.AnnotationOwner: "ns/p",
@@ -190,6 +194,11 @@ func (h *contractHarness) AddForeign(t *testing.T, kind providertest.Foreign, na
 				t.Fatal(err)
 			}
 			pod.Annotations[kubernetes.AnnotationSignature] = forger.Sign(kubernetes.MarkOf(pod))
+		}
+		if kind == providertest.Sibling {
+			// The installation's own key, for the other entry: that
+			// entry's pod, which the entry under test must not count.
+			pod.Annotations[kubernetes.AnnotationSignature] = testOwnership.Sign(kubernetes.MarkOf(pod))
 		}
 	default:
 		return "", false
