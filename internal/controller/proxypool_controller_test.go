@@ -434,6 +434,18 @@ func TestPoolMaxAgeRotationKeepsServing(t *testing.T) {
 		return len(seen) >= initial+6, fmt.Sprintf("%d members seen so far", len(seen))
 	})
 	t.Logf("%d observations, %d members seen", observations, len(seen))
+	// With a 3 s maximum age the pool never stops rotating, and on a loaded
+	// machine a surge member may be there at every look: end the rotation,
+	// then the pool must settle at its replicas.
+	var cur crawlv1alpha1.ProxyPool
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "aging"}, &cur); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(cur.DeepCopy())
+	cur.Spec.Rotation.MaxAge = nil
+	if err := k8s.Patch(context.Background(), &cur, patch); err != nil {
+		t.Fatal(err)
+	}
 	waitPoolSettled(t, ns, "aging", 3)
 }
 

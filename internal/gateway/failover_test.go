@@ -49,11 +49,27 @@ func (f *failingMember) entry() gateway.Entry {
 // reg (their sum over the other labels), 0 when it is not there.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
+	var sum float64
+	for _, v := range seriesWith(t, reg, name, labels) {
+		sum += v.counter + v.gauge
+	}
+	return sum
+}
+
+// seriesValue is what a test reads of one series.
+type seriesValue struct {
+	counter, gauge float64
+	samples        uint64 // a histogram's
+}
+
+// seriesWith returns the series of name on reg whose labels include labels.
+func seriesWith(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) []seriesValue {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum float64
+	var out []seriesValue
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -69,10 +85,10 @@ func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[stri
 					continue next
 				}
 			}
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			out = append(out, seriesValue{m.GetCounter().GetValue(), m.GetGauge().GetValue(), m.GetHistogram().GetSampleCount()})
 		}
 	}
-	return sum
+	return out
 }
 
 // TestFailoverHidesMemberFailures: in front of three real member proxies

@@ -128,28 +128,9 @@ func TestPerMemberMetrics(t *testing.T) {
 // histogramCount is the sample count of a histogram's series with labels.
 func histogramCount(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			for k, v := range labels {
-				if got[k] != v {
-					continue next
-				}
-			}
-			n += float64(m.GetHistogram().GetSampleCount())
-		}
+	for _, v := range seriesWith(t, reg, name, labels) {
+		n += float64(v.samples)
 	}
 	return n
 }
