@@ -88,6 +88,10 @@ func (h *harness) AddForeign(_ *testing.T, kind providertest.Foreign, name strin
 		forger.AddInstance(in, true)
 		_, sig, _ := forger.MarkOf(id)
 		h.f.AddMarkedInstance(in, own, sig)
+	case providertest.Sibling:
+		// The fake's marks name no entry: it cannot tell another entry's
+		// instance from its own.
+		return "", false
 	default:
 		return "", false
 	}
