@@ -147,8 +147,8 @@ func (o *options) banListCommand() *cobra.Command {
 			"state: see egress_proxies_gateway_bans_active and the pods' logs.",
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.output != "" && o.output != "json" && o.output != "yaml" {
-				return fmt.Errorf("unknown output format %q: use -o json or -o yaml", o.output)
+			if err := o.tableOrStructured(); err != nil {
+				return err
 			}
 			c, ns, err := o.clientIn()
 			if err != nil {

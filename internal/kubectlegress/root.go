@@ -83,3 +83,12 @@ func (o *options) namespace() (string, error) {
 	}
 	return ns, nil
 }
+
+// tableOrStructured refuses an -o other than json and yaml, for the
+// commands that print a table by default and have no wide form.
+func (o *options) tableOrStructured() error {
+	if o.output != "" && o.output != "json" && o.output != "yaml" {
+		return fmt.Errorf("unknown output format %q: use -o json or -o yaml", o.output)
+	}
+	return nil
+}

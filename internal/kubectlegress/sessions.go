@@ -40,8 +40,8 @@ func (o *options) sessionsCommand() *cobra.Command {
 			"the plugin does not see it, and such a session is elsewhere for that while (docs/gateway.md).",
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.output != "" && o.output != "json" && o.output != "yaml" {
-				return fmt.Errorf("unknown output format %q: use -o json or -o yaml", o.output)
+			if err := o.tableOrStructured(); err != nil {
+				return err
 			}
 			c, ns, err := o.clientIn()
 			if err != nil {
