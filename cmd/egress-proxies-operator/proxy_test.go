@@ -307,6 +307,11 @@ func TestRunProxyRefuses(t *testing.T) {
 			want: []string{"refusing to run an open proxy", "--allowed-source-ranges", "at most one IPv4 /8"},
 		},
 		{
+			name: "open through the mapped prefix", reason: "::/32 holds ::ffff:0:0/96, every IPv4 client as an IPv4-mapped address",
+			args: []string{"--allowed-source-ranges", "::/32"},
+			want: []string{"refusing to run an open proxy", "--allowed-source-ranges", "the IPv4 source ranges cover"},
+		},
+		{
 			name: "no connect port", reason: "an empty list is a mistake, not 'every port'",
 			args: []string{"--credentials-dir", full, "--connect-ports", ","},
 			want: []string{"--connect-ports", "at least one"},

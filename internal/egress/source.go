@@ -20,11 +20,15 @@ const (
 	OpenSourceRule = "a proxy without authentication may serve at most one IPv4 /8 and one IPv6 /32 worth of source addresses"
 )
 
+// mappedZero is ::ffff:0.0.0.0, the first IPv4-mapped IPv6 address.
+var mappedZero = netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff})
+
 // CheckOpenSources returns an error, naming OpenSourceRule, when ranges,
 // the allowed source ranges of a proxy without authentication, cover
 // together more than MaxOpenSourceBits4 of IPv4 addresses or
 // MaxOpenSourceBits6 of IPv6 ones, or none at all; overlapping ranges
-// count once. An invalid range is an error too.
+// count once. An IPv6 range shorter than /96 that holds the IPv4-mapped
+// prefix counts as all of IPv4 too. An invalid range is an error too.
 func CheckOpenSources(ranges []netip.Prefix) error {
 	if len(ranges) == 0 {
 		return fmt.Errorf("no source ranges: %s", OpenSourceRule)
@@ -37,8 +41,15 @@ func CheckOpenSources(ranges []netip.Prefix) error {
 		r = Normalize(r)
 		if r.Addr().Is4() {
 			v4 = append(v4, r)
-		} else {
-			v6 = append(v6, r)
+			continue
+		}
+		v6 = append(v6, r)
+		if r.Contains(mappedZero) {
+			// A range that holds all of ::ffff:0:0/96 serves every IPv4
+			// client where the proxy compares clients as IPv4-mapped
+			// addresses, as tinyproxy's Allow lines do (::/32 would
+			// pass as one IPv6 /32 otherwise).
+			v4 = append(v4, netip.PrefixFrom(netip.IPv4Unspecified(), 0))
 		}
 	}
 	if n := covered(v4); n.Cmp(new(big.Int).Lsh(big.NewInt(1), MaxOpenSourceBits4)) > 0 {
