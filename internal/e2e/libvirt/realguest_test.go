@@ -179,6 +179,9 @@ func startOperator(t *testing.T, cfg *config.Config, ns string) {
 		Controller: controller.Options{
 			PollInterval: time.Second, ResyncInterval: 5 * time.Second,
 			HealthInterval: 10 * time.Second, GCInterval: time.Hour, SkipNameValidation: true,
+			// The gateway phase's ProxyGateway: envtest runs no pod of
+			// its Deployment, so the image is only a name.
+			GatewayImage: "registry.example/egress-proxies-operator:libvirt-e2e",
 		},
 	})
 	if err != nil {
@@ -206,7 +209,9 @@ func startOperator(t *testing.T, cfg *config.Config, ns string) {
 // address (reachable from that guest, served on the bridge), loopback and
 // the denied origin refused, CONNECT to a port without ConnectPort 403
 // (waitForTheGuard, then the same checks as the other Proxy); once Ready,
-// the seed volume is gone and the CD-ROM is empty; deleting the Proxies
+// the seed volume is gone and the CD-ROM is empty; a pool gateway in front
+// of both guests spreads, places sessions, honours bans and fails over
+// (gatewayPhase); deleting the Proxies
 // leaves no domain, disk, seed or DHCP lease.
 func TestRealGuestOnBothTypes(t *testing.T) {
 	testenv.Need(t, env)
@@ -404,6 +409,10 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		}
 	}
 
+	// The pool gateway (#22) in front of both guests, before anything
+	// breaks or deletes them.
+	gatewayPhase(ctx, t, l, ns, proxies)
+
 	if t.Failed() {
 		for _, p := range proxies {
 			t.Logf("serial log of %s:\n%s", domainOf(t, p), l.SerialLog(domainOf(t, p)))
@@ -508,9 +517,7 @@ func waitABit(ctx context.Context, d time.Duration) {
 // namespace) and serves greeting there; it returns the URL.
 func serveOnBridge(t *testing.T, l *libvirtlab.Lab, addr netip.Addr, greeting string) string {
 	t.Helper()
-	if out, err := exec.Command("ip", "addr", "add", addr.String()+"/32", "dev", l.Bridge).CombinedOutput(); err != nil {
-		t.Fatalf("ip addr add %s dev %s: %v: %s", addr, l.Bridge, err, out)
-	}
+	addOnBridge(t, l, addr)
 	ln, err := net.Listen("tcp", net.JoinHostPort(addr.String(), "0"))
 	if err != nil {
 		t.Fatal(err)
