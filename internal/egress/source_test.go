@@ -61,14 +61,15 @@ func FuzzCheckOpenSources(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var rs []netip.Prefix
 		for i := 0; i+1 < len(b) && len(rs) < 64; i += 2 {
-			if b[i+1]&1 == 0 {
+			switch {
+			case b[i+1]&1 == 0:
 				a := netip.AddrFrom4([4]byte{b[i], b[i] ^ b[i+1], 0, 0})
 				rs = append(rs, netip.PrefixFrom(a, int(b[i+1]>>1)%33))
-			} else if b[i]&0x0f == 0 {
+			case b[i]&0x0f == 0:
 				// Near and inside ::ffff:0:0/96, which counts as IPv4.
 				a := netip.AddrFrom16([16]byte{10: 0xff, 11: 0xff, 12: b[i], 13: b[i+1]})
 				rs = append(rs, netip.PrefixFrom(a, int(b[i+1]>>1)%129))
-			} else {
+			default:
 				a := netip.AddrFrom16([16]byte{b[i], b[i+1] ^ 0x5a, b[i] >> 1})
 				rs = append(rs, netip.PrefixFrom(a, int(b[i+1]>>1)%129))
 			}

@@ -98,9 +98,11 @@ func gatewayPhase(ctx context.Context, t *testing.T, l *libvirtlab.Lab, ns strin
 		startReplica(ctx, t, &wg, podCfg, ns, user, pass, clk, "b"),
 	}
 	for _, r := range reps {
-		poll.UntilPaced(t, time.Minute, func() (bool, string) {
+		if err := poll.WaitPaced(ctx, time.Minute, func() (bool, string) {
 			return r.set.Len() == len(members), fmt.Sprintf("replica %s has %d members; the list names %d", r.name, r.set.Len(), len(members))
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	egressOf := map[string]string{} // member name -> egress address
 	for _, m := range members {
@@ -200,7 +202,7 @@ func gatewayIdentity(ctx context.Context, t *testing.T, ns string) (user, pass s
 	}
 	name := labGateway + "-gateway"
 	var creds corev1.Secret
-	poll.UntilPaced(t, time.Minute, func() (bool, string) {
+	if err := poll.WaitPaced(ctx, time.Minute, func() (bool, string) {
 		for _, obj := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}} {
 			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
 				return false, fmt.Sprintf("the gateway's %T: %v", obj, err)
@@ -208,7 +210,9 @@ func gatewayIdentity(ctx context.Context, t *testing.T, ns string) (user, pass s
 		}
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-credentials"}, &creds)
 		return err == nil, fmt.Sprintf("the gateway's credentials Secret: %v", err)
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	return string(creds.Data[published.CredentialsKeyUsername]), string(creds.Data[published.CredentialsKeyPassword])
 }
 
@@ -334,7 +338,7 @@ func startOrigins(ctx context.Context, t *testing.T, l *libvirtlab.Lab, wg *sync
 		o.mu.Lock()
 		o.atBan[from]++
 		o.mu.Unlock()
-		if from == o.bannedEgress.Load().(string) {
+		if banned, _ := o.bannedEgress.Load().(string); from == banned {
 			w.WriteHeader(http.StatusTooManyRequests)
 		}
 		_, _ = io.WriteString(w, from)
@@ -617,7 +621,7 @@ func bansKeepTheMemberAway(ctx context.Context, t *testing.T, reps []*replica, u
 	// the banned member.
 	for _, r := range reps {
 		c := newClient(r, user, pass)
-		for i := 0; i < 2*len(members); i++ {
+		for range 2 * len(members) {
 			egress, err := c.get(ctx, or.banned)
 			if err != nil {
 				fail(fmt.Sprintf("replica %s learning the ban: %v", r.name, err))
@@ -826,9 +830,11 @@ func killAMember(ctx context.Context, t *testing.T, l *libvirtlab.Lab, ns string
 	without := []published.ListEntry{e}
 	writeList(ctx, t, ns, withCreds, without)
 	for _, r := range reps {
-		poll.UntilPaced(t, time.Minute, func() (bool, string) {
+		if err := poll.WaitPaced(ctx, time.Minute, func() (bool, string) {
 			return r.set.Len() == 1, fmt.Sprintf("replica %s has %d members after the list dropped %s", r.name, r.set.Len(), victim.Name)
-		})
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for i := range labSessions {
 		for _, r := range reps {
@@ -851,7 +857,7 @@ func guestExec(ctx context.Context, l *libvirtlab.Lab, domain string, argv ...st
 	if err != nil {
 		return err
 	}
-	out, err := l.Virsh("qemu-agent-command", "--domain", domain, string(cmd))
+	out, err := l.Virsh("qemu-agent-command", "--domain", domain, string(cmd)) //nolint:contextcheck // virsh runs under its own paced 2-minute bound (libvirtlab.Lab.Virsh).
 	if err != nil {
 		return fmt.Errorf("guest-exec %s: %w", strings.Join(argv, " "), err)
 	}
@@ -865,7 +871,7 @@ func guestExec(ctx context.Context, l *libvirtlab.Lab, domain string, argv ...st
 	}
 	status := fmt.Sprintf(`{"execute":"guest-exec-status","arguments":{"pid":%d}}`, started.Return.PID)
 	var why error
-	err = poll.WaitPaced(ctx, time.Minute, func() (bool, string) {
+	err = poll.WaitPaced(ctx, time.Minute, func() (bool, string) { //nolint:contextcheck // virsh runs under its own paced 2-minute bound (libvirtlab.Lab.Virsh).
 		out, err := l.Virsh("qemu-agent-command", "--domain", domain, status)
 		if err != nil {
 			return false, err.Error()
