@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
 func TestParseRotateAnnotation(t *testing.T) {
@@ -59,42 +58,6 @@ func TestParseRotateAnnotation(t *testing.T) {
 				t.Errorf("targets (-want +got):\n%s\nwhy this matters: %s", diff, tc.reason)
 			}
 		})
-	}
-}
-
-func TestRenderList(t *testing.T) {
-	created := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
-	txt, js := renderList([]published.ListEntry{
-		{Name: "p-a", URL: "http://u:p@198.51.100.1:3128", Provider: "lab", Zone: "rack-a", EgressIP: "203.0.113.1", Created: created},
-		{Name: "p-b", URL: "http://u:p@198.51.100.2:3128", Provider: "lab", Zone: "rack-b", Created: created},
-	})
-	if diff := cmp.Diff("http://u:p@198.51.100.1:3128\nhttp://u:p@198.51.100.2:3128\n", string(txt)); diff != "" {
-		t.Errorf("proxies.txt (-want +got):\n%s", diff)
-	}
-	wantJSON := `[
-  {
-    "name": "p-a",
-    "url": "http://u:p@198.51.100.1:3128",
-    "provider": "lab",
-    "zone": "rack-a",
-    "egressIP": "203.0.113.1",
-    "created": "2025-03-01T10:00:00Z"
-  },
-  {
-    "name": "p-b",
-    "url": "http://u:p@198.51.100.2:3128",
-    "provider": "lab",
-    "zone": "rack-b",
-    "created": "2025-03-01T10:00:00Z"
-  }
-]
-`
-	if diff := cmp.Diff(wantJSON, string(js)); diff != "" {
-		t.Errorf("proxies.json (-want +got):\n%s", diff)
-	}
-	txt, js = renderList(nil)
-	if string(txt) != "" || string(js) != "[]\n" {
-		t.Errorf("an empty list renders %q and %q, want an empty file and [] (a reader must be able to parse it)", txt, js)
 	}
 }
 

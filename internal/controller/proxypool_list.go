@@ -3,7 +3,6 @@ package controller
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 
@@ -21,20 +20,6 @@ import (
 // listedMember is a member in the published list.
 type listedMember struct {
 	name, egressIP string
-}
-
-// renderList returns proxies.txt and proxies.json of the entries.
-func renderList(entries []published.ListEntry) (txt, js []byte) {
-	var b bytes.Buffer
-	for _, e := range entries {
-		b.WriteString(e.URL)
-		b.WriteByte('\n')
-	}
-	if entries == nil {
-		entries = []published.ListEntry{}
-	}
-	js, _ = json.MarshalIndent(entries, "", "  ") //nolint:errchkjson // strings and a time always marshal.
-	return b.Bytes(), append(js, '\n')
 }
 
 // publish writes the Serving members (those not leaving) to the pool's
@@ -70,12 +55,12 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.P
 		without = append(without, e)
 		listed = append(listed, listedMember{name: p.Name, egressIP: p.Status.EgressIP})
 	}
-	txt, js := renderList(withCreds)
+	txt, js := published.RenderList(withCreds)
 	changedSecret, err := r.writeListObject(ctx, pool, &corev1.Secret{Type: corev1.SecretTypeOpaque}, txt, js)
 	if err != nil {
 		return nil, false, err
 	}
-	txt, js = renderList(without)
+	txt, js = published.RenderList(without)
 	changedCM, err := r.writeListObject(ctx, pool, &corev1.ConfigMap{}, txt, js)
 	if err != nil {
 		return nil, false, err

@@ -1,6 +1,8 @@
 package published
 
 import (
+	"bytes"
+	"encoding/json"
 	"net"
 	"net/url"
 	"strconv"
@@ -54,4 +56,20 @@ type ListEntry struct {
 func ProxyURL(address string, port int32, user *url.Userinfo) string {
 	u := url.URL{Scheme: "http", User: user, Host: net.JoinHostPort(address, strconv.Itoa(int(port)))}
 	return u.String()
+}
+
+// RenderList returns proxies.txt and proxies.json of the entries, as the
+// pool controller publishes them: one URL a line, and an indented JSON
+// array ([] for none, so that a reader can always parse it).
+func RenderList(entries []ListEntry) (txt, js []byte) {
+	var b bytes.Buffer
+	for _, e := range entries {
+		b.WriteString(e.URL)
+		b.WriteByte('\n')
+	}
+	if entries == nil {
+		entries = []ListEntry{}
+	}
+	js, _ = json.MarshalIndent(entries, "", "  ") //nolint:errchkjson // strings and a time always marshal.
+	return b.Bytes(), append(js, '\n')
 }

@@ -3,6 +3,7 @@ package published_test
 import (
 	"net/url"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -34,5 +35,41 @@ func TestProxyURL(t *testing.T) {
 func TestListName(t *testing.T) {
 	if diff := cmp.Diff("crawl-proxies", published.ListName("crawl")); diff != "" {
 		t.Errorf("the list of pool crawl is in <pool>-proxies, as docs/pools.md says (-want +got):\n%s", diff)
+	}
+}
+
+func TestRenderList(t *testing.T) {
+	created := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
+	txt, js := published.RenderList([]published.ListEntry{
+		{Name: "p-a", URL: "http://u:p@198.51.100.1:3128", Provider: "lab", Zone: "rack-a", EgressIP: "203.0.113.1", Created: created},
+		{Name: "p-b", URL: "http://u:p@198.51.100.2:3128", Provider: "lab", Zone: "rack-b", Created: created},
+	})
+	if diff := cmp.Diff("http://u:p@198.51.100.1:3128\nhttp://u:p@198.51.100.2:3128\n", string(txt)); diff != "" {
+		t.Errorf("proxies.txt (-want +got):\n%s", diff)
+	}
+	wantJSON := `[
+  {
+    "name": "p-a",
+    "url": "http://u:p@198.51.100.1:3128",
+    "provider": "lab",
+    "zone": "rack-a",
+    "egressIP": "203.0.113.1",
+    "created": "2025-03-01T10:00:00Z"
+  },
+  {
+    "name": "p-b",
+    "url": "http://u:p@198.51.100.2:3128",
+    "provider": "lab",
+    "zone": "rack-b",
+    "created": "2025-03-01T10:00:00Z"
+  }
+]
+`
+	if diff := cmp.Diff(wantJSON, string(js)); diff != "" {
+		t.Errorf("proxies.json (-want +got):\n%s", diff)
+	}
+	txt, js = published.RenderList(nil)
+	if string(txt) != "" || string(js) != "[]\n" {
+		t.Errorf("an empty list renders %q and %q, want an empty file and [] (a reader must be able to parse it)", txt, js)
 	}
 }

@@ -159,23 +159,12 @@ func publishMembers(ctx context.Context, t *testing.T, ns string, proxies []*cra
 // ConfigMap (the gateway reads the Secret when the ConfigMap changes).
 func writeList(ctx context.Context, t *testing.T, ns string, withCreds, without []published.ListEntry) {
 	t.Helper()
-	render := func(entries []published.ListEntry) (string, string) {
-		var txt strings.Builder
-		for _, e := range entries {
-			txt.WriteString(e.URL + "\n")
-		}
-		js, err := json.Marshal(entries)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return txt.String(), string(js)
-	}
 	meta := metav1.ObjectMeta{Namespace: ns, Name: published.ListName(labPool)}
-	txt, js := render(withCreds)
+	txt, js := published.RenderList(withCreds)
 	secret := &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{published.ListKeyText: []byte(txt), published.ListKeyJSON: []byte(js)}}
-	txt, js = render(without)
-	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{published.ListKeyText: txt, published.ListKeyJSON: js}}
+		Data: map[string][]byte{published.ListKeyText: txt, published.ListKeyJSON: js}}
+	txt, js = published.RenderList(without)
+	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{published.ListKeyText: string(txt), published.ListKeyJSON: string(js)}}
 	for _, obj := range []client.Object{secret, cm} {
 		err := env.Client.Create(ctx, obj)
 		if apierrors.IsAlreadyExists(err) {
@@ -227,7 +216,6 @@ type replica struct {
 	name string
 	addr string
 	set  *gateway.Set
-	g    *gateway.Gateway
 }
 
 // startReplica builds a replica as `egress-proxies-operator gateway`
@@ -284,7 +272,7 @@ func startReplica(ctx context.Context, t *testing.T, wg *sync.WaitGroup, podCfg 
 	})
 	wg.Go(func() { gateway.Watch(ctx, cs, ns, []string{labPool}, set, gm, log.WithName("watch")) })
 	wg.Go(func() { gateway.WatchAdminBans(ctx, dyn, ns, labGateway, g, log.WithName("bans")) })
-	return &replica{name: name, addr: ln.Addr().String(), set: set, g: g}
+	return &replica{name: name, addr: ln.Addr().String(), set: set}
 }
 
 // origins are the destinations on the lab bridge's host side. Each names,
