@@ -76,7 +76,7 @@ func TestProbeRuns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.Start(ctx) }()
-	poll.Until(t, 5*time.Second, func() (bool, string) { return r.start(key(1), target(1)), "the runner did not start" })
+	poll.UntilPaced(t, 5*time.Second, func() (bool, string) { return r.start(key(1), target(1)), "the runner did not start" })
 	for i := 2; i <= 9; i++ {
 		if !r.start(key(i), target(i)) {
 			t.Fatalf("start of p%d = false", i)
@@ -85,7 +85,7 @@ func TestProbeRuns(t *testing.T) {
 	if !r.start(key(1), target(1)) {
 		t.Fatal("a second start of a running probe = false")
 	}
-	poll.Until(t, 5*time.Second, func() (bool, string) {
+	poll.UntilPaced(t, 5*time.Second, func() (bool, string) {
 		now, _ := g.running()
 		return now == 2, fmt.Sprintf("%d probes running, want the limit, 2", now)
 	})
@@ -93,7 +93,7 @@ func TestProbeRuns(t *testing.T) {
 		t.Error("take of a probe still running = true")
 	}
 	close(g.gate)
-	poll.Until(t, 5*time.Second, func() (bool, string) {
+	poll.UntilPaced(t, 5*time.Second, func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(woken) == 9, fmt.Sprintf("woken %v, want p1 to p9 once each", woken)
@@ -119,7 +119,7 @@ func TestProbeRuns(t *testing.T) {
 	}
 
 	cancel()
-	if err := poll.Receive(t, 5*time.Second, "Start's return after its context ended", stopped); err != nil {
+	if err := poll.Receive(t, poll.Paced(5*time.Second), "Start's return after its context ended", stopped); err != nil {
 		t.Errorf("Start = %v", err)
 	}
 	if r.start(key(3), target(3)) {
@@ -138,7 +138,7 @@ func TestProbeRunsStopWhileStarting(t *testing.T) {
 		stopped := make(chan error, 1)
 		go func() { stopped <- r.Start(ctx) }()
 		key := types.NamespacedName{Namespace: "crawl", Name: fmt.Sprintf("p%d", round)}
-		poll.Until(t, 5*time.Second, func() (bool, string) {
+		poll.UntilPaced(t, 5*time.Second, func() (bool, string) {
 			return r.start(key, probe.Target{Address: "198.51.100.1:3128"}), "the runner did not start"
 		})
 		var wg sync.WaitGroup
@@ -152,7 +152,7 @@ func TestProbeRunsStopWhileStarting(t *testing.T) {
 		}
 		cancel()
 		wg.Wait()
-		if err := poll.Receive(t, 5*time.Second, "Start's return after its context ended", stopped); err != nil {
+		if err := poll.Receive(t, poll.Paced(5*time.Second), "Start's return after its context ended", stopped); err != nil {
 			t.Fatalf("Start = %v", err)
 		}
 	}

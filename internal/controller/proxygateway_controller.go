@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -121,6 +122,11 @@ func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if errors.As(err, &conflict) {
 		obs.conflict, err = conflict.Error(), nil
 	}
+	if errors.Is(err, errNotCached) {
+		// Our own object, made moments ago: look again once the cache has
+		// it, with no status written from a partial view.
+		return ctrl.Result{RequeueAfter: cacheDelay}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -187,6 +193,10 @@ type conflictError struct{ kind, name string }
 func (e *conflictError) Error() string {
 	return fmt.Sprintf("%s %s exists and is not controlled by this gateway; the operator never changes it. Delete or rename it.", e.kind, e.name)
 }
+
+// errNotCached: a create found the name taken by an object this gateway
+// controls that the cache has not shown yet (the reconcile before made it).
+var errNotCached = errors.New("the gateway's own object is not in the cache yet")
 
 // applyAll creates or updates the gateway's objects, in the order the pods
 // need them.
@@ -273,7 +283,10 @@ func copyGatewaySpec(existing, desired client.Object) bool {
 // existing one when mutate changes it. An object of that name that the
 // gateway does not control is a *conflictError: it is never changed. The
 // cache holds only labelled objects, so a foreign one is found when the
-// create says it exists.
+// create says it exists; so is one of ours that the cache has not seen yet
+// (made by the reconcile just before, which the next one, woken by another
+// of the objects it made, may follow closely on a loaded machine): the API
+// server tells which (takenBy).
 func (r *ProxyGatewayReconciler) apply(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, kind string, obj client.Object, mutate func() bool) error {
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	switch {
@@ -285,7 +298,7 @@ func (r *ProxyGatewayReconciler) apply(ctx context.Context, gw *crawlv1alpha1.Pr
 		}
 		if err := r.Client.Create(ctx, obj); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				return &conflictError{kind: kind, name: obj.GetName()}
+				return r.takenBy(ctx, gw, kind, obj)
 			}
 			return fmt.Errorf("creating the %s %s: %w", kind, obj.GetName(), err)
 		}
@@ -303,6 +316,25 @@ func (r *ProxyGatewayReconciler) apply(ctx context.Context, gw *crawlv1alpha1.Pr
 		return fmt.Errorf("updating the %s %s: %w", kind, obj.GetName(), err)
 	}
 	return nil
+}
+
+// takenBy reads from the API server the object whose name a create of obj
+// found taken: errNotCached when the gateway controls it, else a
+// *conflictError. It reads into an empty object of obj's type, so that
+// nothing of what the create set (the owner reference) survives a field the
+// stored object lacks.
+func (r *ProxyGatewayReconciler) takenBy(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, kind string, obj client.Object) error {
+	live, ok := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
+	if !ok || r.APIReader == nil {
+		return &conflictError{kind: kind, name: obj.GetName()}
+	}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), live); err != nil {
+		return fmt.Errorf("reading the %s %s, whose name is taken: %w", kind, obj.GetName(), err)
+	}
+	if !metav1.IsControlledBy(live, gw) {
+		return &conflictError{kind: kind, name: obj.GetName()}
+	}
+	return errNotCached
 }
 
 // ensureGatewayCredentials creates the gateway's credentials Secret once

@@ -58,9 +58,7 @@ func TestRefusedReadKeepsAReadyProxyAndHeals(t *testing.T) {
 	if got := op.fake.CallCount(provider.OpCreate); got != 1 {
 		t.Errorf("Create calls = %d, want 1: a refused read must not replace the instance", got)
 	}
-	if events := strings.Join(eventsFor(t, ns, "web"), "\n"); !strings.Contains(events, "ProviderRefused") {
-		t.Errorf("no ProviderRefused event:\n%s", events)
-	}
+	waitEvents(t, ns, "web", "ProviderRefused")
 }
 
 // A create the API refuses needs a person: it latches like a Permanent

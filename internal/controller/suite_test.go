@@ -252,9 +252,15 @@ func newProxy(ns, name string) *crawlv1alpha1.Proxy {
 }
 
 // eventually and consistently poll instead of sleeping (internal/testing/poll).
+// eventually's timeout is what the wait takes at most on a quiet machine:
+// the bound follows the machine's measured pace (poll.UntilPaced), since the
+// operator's work in envtest (reconciles, the API server, etcd) slows down
+// with the machine, as on a CI runner beside a CPU hog. consistently's
+// duration stays fixed: a condition that must hold only gets a longer look
+// than it needs when the machine is slow.
 func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	poll.Until(t, timeout, cond)
+	poll.UntilPaced(t, timeout, cond)
 }
 
 func consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
@@ -307,6 +313,26 @@ func eventsFor(t *testing.T, ns, name string) []string {
 		}
 	}
 	return out
+}
+
+// waitEvents waits until the events regarding an object (eventsFor) hold
+// every one of wants, and returns them joined by newlines. The recorder
+// sends events from its own goroutine: one emitted in the reconcile whose
+// write the test just saw (the status, the finalizer's release) may reach
+// the API server after the test looked.
+func waitEvents(t *testing.T, ns, name string, wants ...string) string {
+	t.Helper()
+	var events string
+	eventually(t, 10*time.Second, func() (bool, string) {
+		events = strings.Join(eventsFor(t, ns, name), "\n")
+		for _, want := range wants {
+			if !strings.Contains(events, want) {
+				return false, fmt.Sprintf("no event with %q among:\n%s", want, events)
+			}
+		}
+		return true, ""
+	})
+	return events
 }
 
 // containsAny reports which of the haystacks contain needle.
