@@ -152,6 +152,30 @@ ExecStop=/usr/local/sbin/egress-dhcp-release
 WantedBy=multi-user.target
 UNIT
 chroot "$root" systemctl enable egress-dhcp-release.service
+# A test can make the guest hold its CD-ROM tray locked from early boot on
+# (kernel command line egress_test.hold_tray): the drive is opened and never
+# closed, and Linux locks the tray of a CD-ROM while it is open
+# (/proc/sys/dev/cdrom/lock, 1 by default). The operator's eject of the
+# seed must still empty the drive (issue #21 item 7). Without the word on
+# the command line the unit does not start.
+cat >"$root/etc/systemd/system/egress-hold-tray.service" <<'UNIT'
+[Unit]
+Description=Hold the CD-ROM tray locked (tests only)
+ConditionKernelCommandLine=egress_test.hold_tray
+DefaultDependencies=no
+Requires=dev-sr0.device
+After=dev-sr0.device
+Before=cloud-init-local.service shutdown.target
+Conflicts=shutdown.target
+
+[Service]
+Type=simple
+ExecStart=/bin/sh -c 'exec 3</dev/sr0 && echo "egress-test: holding the tray of /dev/sr0 locked" >/dev/console && exec sleep infinity'
+
+[Install]
+WantedBy=sysinit.target
+UNIT
+chroot "$root" systemctl enable egress-hold-tray.service
 # NoCloud only (no probing of cloud metadata services); C.UTF-8 because
 # minbase has no locales package to generate en_US.UTF-8; no SSH host keys
 # because the image has no sshd (an empty ssh_keys, since cloud-init 22.4's

@@ -110,6 +110,16 @@ echo "` + hostileMarker + `"
 // hostileMarker is the console line of hostilePart's end.
 const hostileMarker = "egress-e2e: the hostile extra part ran"
 
+// holdTrayFlag, on a lab guest's kernel command line, makes the guest
+// image open its CD-ROM at boot and keep it open, which locks the tray
+// (hack/libvirt/build-guest-image.sh, egress-hold-tray.service);
+// holdTrayMarker is the console line that says it did. A non-forced eject
+// of a locked tray leaves the seed, with the proxy's password, attached.
+const (
+	holdTrayFlag   = "egress_test.hold_tray"
+	holdTrayMarker = "egress-test: holding the tray of /dev/sr0 locked"
+)
+
 // labConfig is the providers configuration of the lab: a kvm2 entry reading
 // addresses from the network's DHCP leases, and a kvm entry asking the
 // guest agent, so that both address sources are proven.
@@ -156,6 +166,12 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 	// carries hostilePart.
 	kvm := entry(kvmEntry, libvirt.TypeKVM, libvirt.AddressSourceAgent)
 	kvm.AllowExtraUserData = true
+	// The kvm guest also holds its CD-ROM tray locked from early boot on
+	// (#21 item 7): the seed must still go.
+	blk := kvm.Block.(*libvirt.Block)
+	img := blk.Images[image]
+	img.Cmdline += " " + holdTrayFlag
+	blk.Images[image] = img
 	return &config.Config{Providers: []config.Entry{
 		entry(kvm2Entry, libvirt.TypeKVM2, libvirt.AddressSourceLease),
 		kvm,
@@ -359,9 +375,15 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 	}
 
 	// The guests consumed their seeds: no seed volume, no CD-ROM media
-	// (the provider releases them at the Get that sees the address).
+	// (the provider releases them at the Get that sees the address), the
+	// kvm guest's although it holds the tray locked.
 	for i, e := range entries {
 		name := domainOf(t, proxies[i])
+		if e == kvmEntry {
+			if b, _ := os.ReadFile(filepath.Join(l.SerialDir, name+".log")); !bytes.Contains(b, []byte(holdTrayMarker)) {
+				t.Errorf("%s: the guest did not say on its console that it holds the CD-ROM tray locked (%q)", e, holdTrayMarker)
+			}
+		}
 		poll.UntilPaced(t, 2*time.Minute, func() (bool, string) {
 			_, _ = l.Virsh("pool-refresh", "--pool", l.Pool)
 			vols, err := l.Virsh("vol-list", "--pool", l.Pool)
