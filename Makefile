@@ -10,6 +10,14 @@ CONTROLLER_GEN := $(TOOLS) controller-gen
 GOLANGCI_LINT := $(TOOLS) golangci-lint
 BIN_DIR       ?= bin
 
+# Every go command here builds with -trimpath, as the shipped binary is
+# built: without it a package's directory is part of its build cache key,
+# and a clean clone in a new directory (CI's warm run) compiles the
+# module's packages again, each with -race. Tests find the repository with
+# internal/testing/modroot, not from their source files' paths. GOFLAGS
+# keeps what the go command has already (the environment's, go env -w's).
+export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
+
 .PHONY: all
 all: build
 
@@ -107,9 +115,8 @@ TEST_SHARDS   := test-packages test-libvirt-contract-kvm2 test-libvirt-contract-
 
 .PHONY: test-sharded $(TEST_SHARDS)
 test-sharded: verify-generated libvirt-world prometheus-tools cluster-world ## What make test runs, as six shards side by side (not yet CI's; docs/testing.md).
-	@# Compiled once here, not by every shard at once (a fresh clone in a new
-	@# directory compiles the module's own packages again: the directory is in
-	@# the build cache's key without -trimpath).
+	@# Compiled once here, not by every shard at once (after a change, the
+	@# changed packages and those above them).
 	$(GO) build -race ./...
 	@$(MAKE) --no-print-directory -k -j$(words $(TEST_SHARDS)) --output-sync=target $(TEST_SHARDS)
 

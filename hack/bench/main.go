@@ -46,6 +46,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
 
@@ -198,7 +199,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("making a temporary directory: %w", err)
 	}
 	defer func() { _ = os.RemoveAll(e.dir) }()
-	root, err := moduleRoot(ctx)
+	root, err := modroot.Find()
 	if err != nil {
 		return err
 	}

@@ -11,28 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
-
-// moduleRoot is the directory of the repository's go.mod, where the
-// bench finds cmd/pvesim and the CRDs from any working directory (make
-// bench runs from the root, go test from hack/bench).
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not inside the module")
-	}
-	return filepath.Dir(gomod), nil
-}
 
 // buildPvesim builds cmd/pvesim into dir with the go command that runs the
 // bench.

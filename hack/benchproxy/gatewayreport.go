@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 )
 
 // The goals of issue #22 for the gateway.
@@ -102,20 +102,17 @@ func runPlacement(ctx context.Context, benchtime string) (placement, error) {
 	if goBin == "" {
 		goBin = "go"
 	}
+	root, err := modroot.Find()
+	if err != nil {
+		return placement{}, err
+	}
 	cmd := exec.CommandContext(ctx, goBin, "test", "-run", "^$", "-bench", "^"+placementBenchmark+"$", "-benchtime", benchtime, "./internal/gateway/") //nolint:gosec // G204: go from $GO, fixed arguments.
-	cmd.Dir = moduleRoot()
+	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return placement{}, fmt.Errorf("go test: %w:\n%s", err, lastLines(string(out), 10))
 	}
 	return parsePlacement(string(out))
-}
-
-// moduleRoot is this repository's root, found from this source file, so
-// that the bench runs go test in it from any directory.
-func moduleRoot() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 // gatewayVerdict of the gateway in scenario i: with one client, the

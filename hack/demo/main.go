@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	goruntime "runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -42,6 +41,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
@@ -89,8 +89,12 @@ func run(ctx context.Context, o options) error {
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
 		return err
 	}
+	root, err := modroot.Find()
+	if err != nil {
+		return err
+	}
 	say("starting a local kube-apiserver and etcd")
-	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true, Scheme: scheme}
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true, Scheme: scheme}
 	restCfg, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("starting the control plane: %w", err)
@@ -191,13 +195,6 @@ func run(ctx context.Context, o options) error {
 	}
 	say("done; everything is cleaned up")
 	return nil
-}
-
-// crdDir is config/crd/bases of this repository, found from this source
-// file, so that the demo and its test work from any directory.
-func crdDir() string {
-	_, file, _, _ := goruntime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "config", "crd", "bases")
 }
 
 // writeKubeconfig writes an administrator kubeconfig for the control plane.

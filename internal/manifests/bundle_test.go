@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -21,17 +20,17 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 )
 
-// repoRoot returns the repository's root directory, two levels above this
-// file's package.
+// repoRoot is the repository's root directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test source")
+	root, err := modroot.Find()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return root
 }
 
 // registry is the build's registry of provider types, so that every

@@ -7,21 +7,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 )
 
-// repoRoot is the repository's root, two levels above this package.
+// repoRoot is the repository's root directory.
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Fatal("cannot locate the test source")
+	root, err := modroot.Find()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	return root
 }
 
 // need returns the path of a binary of Debian's prometheus package.

@@ -20,6 +20,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -79,7 +80,7 @@ var uninstallKeeps = []keptRule{
 // helm runs the Helm of tools/go.mod (the one `make helm-lint` runs)
 // against the cluster.
 func helm(ctx context.Context, c *kubelab.Cluster, args ...string) (string, error) {
-	root, err := kubelab.RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		return "", err
 	}
@@ -103,7 +104,7 @@ func TestHelmInstall(t *testing.T) {
 	t.Parallel()
 	c := tierCluster(t)
 	ctx := t.Context()
-	root, err := kubelab.RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}

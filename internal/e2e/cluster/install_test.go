@@ -30,6 +30,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -234,7 +235,7 @@ func TestShippedInstall(t *testing.T) {
 // the test's, as a user who edited the file would have.
 func editedConfig(t *testing.T, providers string) string {
 	t.Helper()
-	root, err := kubelab.RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -27,7 +28,7 @@ import (
 // egress` with the cluster's kubeconfig, against the fleet the tier made.
 func kubectlEgress(t *testing.T, c *kubelab.Cluster, cl client.Client, tg target) {
 	ctx := t.Context()
-	root, err := kubelab.RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvelab"
 )
@@ -80,7 +81,7 @@ const vmidMin = 100000
 func startSimulator(t *testing.T, c *kubelab.Cluster) *simulator {
 	t.Helper()
 	ctx := t.Context()
-	root, err := kubelab.RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}

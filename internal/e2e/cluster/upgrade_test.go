@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/kubelab"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 )
 
 // previousImage is the tag of the previous commit's image; the current
@@ -99,7 +100,7 @@ func TestUpgradeFromThePreviousCommit(t *testing.T) {
 	// The tier's clusters run side by side, each in a slot of its own
 	// (kubelab): most of each test is waiting on its cluster.
 	t.Parallel()
-	root, err := kubelab.RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -228,7 +229,10 @@ func startOperator(t *testing.T, cfg *config.Config, ns string) {
 // the seed volume is gone and the CD-ROM is empty; a pool gateway in front
 // of both guests spreads, places sessions, honours bans and fails over
 // (gatewayPhase); deleting the Proxies
-// leaves no domain, disk, seed or DHCP lease.
+// leaves no domain, disk, seed or DHCP lease. Besides, on each: a wrong
+// password gets 401 (tinyproxy 1.11), curl in the namespace gets through,
+// and the address is dnsmasq's lease of the domain's MAC, as virsh reports
+// it (the only real-guest boots of make test are these two).
 func TestRealGuestOnBothTypes(t *testing.T) {
 	testenv.Need(t, env)
 	l := libvirtlab.Start(t, libvirtlab.Options{GuestImage: true})
@@ -365,6 +369,15 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		if e == kvmEntry {
 			waitForTheGuard(ctx, t, l, domainOf(t, p), withCreds, &bare, target, metadataTarget)
 		}
+		// tinyproxy 1.11 answers a wrong password with 401, not 407 (it
+		// sends 407 only when the Proxy-Authorization header is missing;
+		// docs/libvirt-testworld.md).
+		wrong := *withCreds
+		wrong.User = url.UserPassword(withCreds.User.Username(), "not-the-password")
+		if code, _ := get(ctx, &wrong, target); code != http.StatusUnauthorized {
+			t.Errorf("%s: through the proxy with a wrong password: %d, want 401 (tinyproxy 1.11)", e, code)
+		}
+		curlThrough(ctx, t, l, e, withCreds, target, greeting)
 		checkEgressPolicy(ctx, t, e, withCreds, ln.Addr().String(), deniedTarget, metadataTarget)
 		var ph crawlv1alpha1.ProviderHealth
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: e}, &ph); err != nil {
@@ -431,6 +444,16 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 		}
 	}
 
+	// Each Proxy's address is the lab network's DHCP lease of its domain's
+	// MAC: read from dnsmasq's status file, and as virsh net-dhcp-leases
+	// reports it (the kvm2 entry's source; the kvm entry's address came
+	// from the guest agent, and must be the same).
+	macs := map[string]string{}
+	for i, e := range entries {
+		macs[e] = macOf(t, l, domainOf(t, proxies[i]))
+		checkLease(t, l, e, macs[e], proxies[i].Status.Address)
+	}
+
 	// The pool gateway (#22) in front of both guests, before anything
 	// breaks or deletes them.
 	gatewayPhase(ctx, t, l, ns, proxies)
@@ -440,17 +463,7 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 			t.Logf("serial log of %s:\n%s", domainOf(t, p), l.SerialLog(domainOf(t, p)))
 		}
 	}
-	macs := map[string]string{}
 	for _, e := range entries {
-		name := domainOf(t, proxies[entryIndex(entries, e)])
-		out, err := l.Virsh("domiflist", "--domain", name)
-		if err == nil {
-			for line := range strings.SplitSeq(out, "\n") {
-				if f := strings.Fields(line); len(f) >= 5 {
-					macs[e] = f[4]
-				}
-			}
-		}
 		if err := env.Client.Delete(ctx, &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "egress-" + e}}); err != nil {
 			t.Fatal(err)
 		}
@@ -488,13 +501,61 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 	}
 }
 
-func entryIndex(entries []string, e string) int {
-	for i, x := range entries {
-		if x == e {
-			return i
+// macOf is the MAC of the domain's interface (virsh domiflist), or "" when
+// virsh cannot say (the checks that need it then fail, naming it).
+func macOf(t *testing.T, l *libvirtlab.Lab, domain string) string {
+	t.Helper()
+	out, err := l.Virsh("domiflist", "--domain", domain)
+	if err != nil {
+		t.Errorf("virsh domiflist %s: %v", domain, err)
+		return ""
+	}
+	mac := ""
+	for line := range strings.SplitSeq(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 5 {
+			mac = f[4]
 		}
 	}
-	return -1
+	return mac
+}
+
+// checkLease: the lab network's dnsmasq leased address to mac (its status
+// file, libvirtlab.Lab.Leases) and virsh net-dhcp-leases reports the same.
+func checkLease(t *testing.T, l *libvirtlab.Lab, entry, mac, address string) {
+	t.Helper()
+	leases, err := l.Leases()
+	if err != nil {
+		t.Errorf("%s: the lab network's leases: %v", entry, err)
+		return
+	}
+	var leased []string
+	for _, lease := range leases {
+		if strings.EqualFold(lease.MAC, mac) {
+			leased = append(leased, lease.IP.String())
+		}
+	}
+	if !slices.Contains(leased, address) {
+		t.Errorf("%s: dnsmasq leased %v to MAC %q, not the Proxy's address %s (all leases: %+v)", entry, leased, mac, address, leases)
+	}
+	if out, err := l.Virsh("net-dhcp-leases", "--network", l.Network, "--mac", mac); err != nil || !strings.Contains(out, address+"/") {
+		t.Errorf("%s: virsh net-dhcp-leases --mac %s does not show %s: %v:\n%s", entry, mac, address, err, out)
+	}
+}
+
+// curlThrough fetches target through the proxy with curl, a program of its
+// own in the lab's namespace, as a user of the operator would. The proxy's
+// URL, credentials included, goes to curl in its environment
+// (http_proxy), not on its command line.
+func curlThrough(ctx context.Context, t *testing.T, l *libvirtlab.Lab, entry string, proxy *url.URL, target, want string) {
+	t.Helper()
+	cmd := l.InNetns(ctx, "curl", "-sS", "--max-time", "30", target)
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return strings.HasSuffix(strings.ToLower(k), "_proxy") // the machine's own proxy settings
+	}), "http_proxy="+proxy.String())
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != want {
+		t.Errorf("%s: curl through the proxy: %v: %.200q, want %q", entry, err, out, want)
+	}
 }
 
 // domainOf is the domain name of a Proxy's instance ID (host/domain).

@@ -6,11 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
@@ -26,8 +26,10 @@ func TestMakeTestIntegrationProxmox(t *testing.T) {
 	if err != nil {
 		t.Fatalf("make is needed: %v", err)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", "..", ".."))
+	root, err := modroot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	cfg, err := pvesim.LoadConfig(filepath.Join(root, "cmd", "pvesim", "example.yaml"))
 	if err != nil {

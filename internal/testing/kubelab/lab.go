@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -481,7 +482,7 @@ func (c *Cluster) pauseImage(ctx context.Context) (string, error) {
 // Make runs a target of the repository's Makefile (the words the README
 // gives users), from the repository's root.
 func Make(ctx context.Context, target string, vars ...string) error {
-	root, err := RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		return err
 	}
@@ -499,30 +500,10 @@ func MakeIn(ctx context.Context, dir, target string, vars ...string) error {
 	return nil
 }
 
-// RepoRoot is the directory of the operator's go.mod, found from the
-// working directory (a test's is its package's directory).
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod")) //nolint:gosec // G304: looking for the module's own go.mod.
-		if err == nil && strings.HasPrefix(string(b), "module github.com/egress-proxies/egress-proxies-operator\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("not inside the egress-proxies-operator repository")
-		}
-		dir = parent
-	}
-}
-
 // Binaries returns the directory of the cluster's binaries, building them
 // (once, cached) with hack/cluster/setup.sh.
 func Binaries(ctx context.Context) (string, error) {
-	root, err := RepoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		return "", err
 	}

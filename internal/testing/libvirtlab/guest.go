@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 )
 
 // GuestImageVolume is the name the guest image has in the lab's pool.
@@ -24,7 +26,7 @@ const GuestImageVolume = "debian12-egress-guest.qcow2"
 // and needs the machine's network (apt): Main calls it before entering the
 // lab's namespaces.
 func BuildGuestImage(ctx context.Context) (string, error) {
-	root, err := repoRoot()
+	root, err := modroot.Find()
 	if err != nil {
 		return "", err
 	}
@@ -175,27 +177,6 @@ func serialPaths(domainXML string) []string {
 		}
 	}
 	return out
-}
-
-// repoRoot is the directory holding go.mod, above the working directory
-// (a package's directory under `go test`).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "hack", "libvirt")); err == nil {
-				return dir, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("hack/libvirt not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func copyFile(src, dst string) error {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -84,10 +84,14 @@ func start() (*Env, error) {
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
 		return nil, err
 	}
+	root, err := modroot.Find()
+	if err != nil {
+		return nil, err
+	}
 	// kube-apiserver's start waits envtest's 20 s on a quiet machine, the
 	// machine's pace on a loaded one (it timed out five times in a row at
 	// load average 40).
-	env := &envtest.Environment{CRDDirectoryPaths: []string{crdDir()}, ErrorIfCRDPathMissing: true, Scheme: scheme,
+	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true, Scheme: scheme,
 		ControlPlaneStartTimeout: poll.Paced(20 * time.Second)}
 	cfg, err := env.Start()
 	if err != nil {
@@ -99,13 +103,6 @@ func start() (*Env, error) {
 		return nil, err
 	}
 	return &Env{Environment: env, Config: cfg, Client: c, Scheme: scheme}, nil
-}
-
-// crdDir is config/crd/bases of this repository, found from this file's
-// location so that any package's tests can use it.
-func crdDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "..", "config", "crd", "bases")
 }
 
 // Need skips an envtest case when there is no control plane (-short mode
@@ -153,7 +150,11 @@ type RBAC struct {
 // that needs it. Bindings accumulate: one control plane may carry the
 // bindings of many tests, each in its own namespaces.
 func (e *Env) AsOperator(ctx context.Context, o RBAC) (*rest.Config, error) {
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(crdDir()), "..", "rbac", "role.yaml"))
+	root, err := modroot.Find()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", "role.yaml"))
 	if err != nil {
 		return nil, fmt.Errorf("reading the generated RBAC: %w", err)
 	}
