@@ -58,6 +58,11 @@ type Provider struct {
 	vms     *sharedread.Read[[]Resource]
 	listMu  sync.Mutex
 	nodeVMs map[string]*sharedread.Read[[]NodeVM]
+	// demand is, by node, how many Gets looked at the node's VMs lately and
+	// how many VMs its listings hold: what tells a Get of a VM in creation
+	// whether the node's view or its VM's own status is the cheaper read
+	// (lookAlone). Guarded by listMu.
+	demand map[string]*nodeDemand
 	// nodeTasks are, by node, the task lists that tell the tasks of every
 	// Create and Delete in flight on the node how they are doing.
 	nodeTasks map[string]*sharedread.Read[[]TaskEntry]
@@ -82,11 +87,24 @@ type Provider struct {
 	// tag: ListByTag reports them from here, so that a Proxy deleted in
 	// the middle of its create still finds its VM.
 	creating map[string]creatingVM
+	// booting holds, by VMID, the VMs whose Create this process saw end (the
+	// start task ended OK) and whose address no Get has seen yet: the VMs in
+	// creation, which a Get may look at alone (get step 1). A Delete of the
+	// VM or its address found ends it.
+	booting map[int]bool
 	// seeds is, by VMID, what is known of the VM's seed.
 	seeds map[int]seedState
 	// changed is, by name, when this process last changed the instance or
 	// saw a task of it end: a listing older than that does not show it.
 	changed map[string]time.Time
+	// createsSince is when this process was first asked to create: it
+	// leads then (only the leader reconciles), so no earlier leader
+	// creates any more; a listing from before, read for a health check
+	// while another process led, may miss that one's VMs.
+	createsSince time.Time
+	// forgotAt is when this process last forgot a VM (found it gone, or
+	// destroyed it): a listing from before may show it still.
+	forgotAt time.Time
 	// started is when the provider was built: a listing from before may
 	// not show what an earlier process did.
 	started time.Time
@@ -176,15 +194,21 @@ func New(o Options) (*Provider, error) {
 	p := &Provider{
 		ident: o.Ownership, entries: o.Entries, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
-		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
-		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
+		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{}, demand: map[string]*nodeDemand{}, booting: map[int]bool{},
+		marks: map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
 		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating: map[string]creatingVM{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
 	p.started = p.now()
-	p.vms = sharedread.New(p.api.resources, sharedread.Options{Now: p.now})
+	p.vms = sharedread.New(func(ctx context.Context) ([]Resource, error) {
+		list, err := p.api.resources(ctx)
+		if err == nil {
+			p.noteClusterSizes(list)
+		}
+		return list, err
+	}, sharedread.Options{Now: p.now})
 	return p, nil
 }
 
@@ -238,6 +262,45 @@ func (p *Provider) freshness(name string) time.Time {
 	return t
 }
 
+// lookupFreshness is how new a listing the name lookup of Create needs
+// (create step 4). For a name this process did or saw nothing for, any
+// listing read after the process was first asked to create (it leads then)
+// and after it last forgot a VM serves, however old: only a listing shows a
+// VM by its name (F8), a VM an earlier process made is in it (or, cloning
+// then, nameless at a VMID the probe waits on), and this process makes no
+// VM of the name without recording it. A later forget moves the bound only
+// up to a poll interval ago, as freshness does. A VMID taken since is
+// answered by the clone itself (F4). So the creates of a create phase share
+// one listing instead of reading one per poll interval. Any other name
+// needs freshness; touch makes every call after the first need it.
+func (p *Provider) lookupFreshness(name string) time.Time {
+	p.mu.Lock()
+	_, known := p.changed[name]
+	if p.createsSince.IsZero() {
+		p.createsSince = p.now()
+	}
+	t, gone := p.createsSince, p.forgotAt // createsSince is after started
+	p.mu.Unlock()
+	if known {
+		return p.freshness(name)
+	}
+	if cut := p.now().Add(-p.poll()); gone.After(cut) {
+		gone = cut
+	}
+	if gone.After(t) {
+		t = gone
+	}
+	return t
+}
+
+// touch records that this process looked at name now: its next Create or
+// Delete needs a listing read after this.
+func (p *Provider) touch(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.changed[name] = p.now()
+}
+
 // markDone records that a step of name is done in this process.
 func (p *Provider) markDone(name, kind string) {
 	p.mu.Lock()
@@ -251,14 +314,25 @@ func (p *Provider) markDone(name, kind string) {
 // its VMs from (with full=1 each running VM carries its qmpstatus, which the
 // cluster-wide listing lacks, F14).
 func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, time.Time, error) {
+	return p.nodeView(node).Get(ctx, notBefore)
+}
+
+// nodeView is the shared read of node's listing.
+func (p *Provider) nodeView(node string) *sharedread.Read[[]NodeVM] {
 	p.listMu.Lock()
+	defer p.listMu.Unlock()
 	s, ok := p.nodeVMs[node]
 	if !ok {
-		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }, sharedread.Options{Now: p.now})
+		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) {
+			list, err := p.api.nodeVMs(ctx, node)
+			if err == nil {
+				p.noteNodeSize(node, len(list))
+			}
+			return list, err
+		}, sharedread.Options{Now: p.now})
 		p.nodeVMs[node] = s
 	}
-	p.listMu.Unlock()
-	return s.Get(ctx, notBefore)
+	return s
 }
 
 // cachedListing is the listing at most one poll interval old.
@@ -338,6 +412,8 @@ func (p *Provider) forget(vmid int) {
 	delete(p.addrs, vmid)
 	delete(p.seeds, vmid)
 	delete(p.listed, vmid)
+	delete(p.booting, vmid)
+	p.forgotAt = p.now()
 }
 
 // cfgStr reads a config value as a string (numbers decode as float64).
