@@ -90,11 +90,8 @@ func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.I
 		return id, p.unlessInProgress(req.Name, err)
 	}
 	// Create step 4 (docs/proxmox-behaviour.md): a listing newer than
-	// anything this process did or saw for the name, shared (F8); for a
-	// name new to this process, any since its start (lookupFreshness).
-	// Whatever this call decides from it, the next one needs a newer one.
-	defer p.touch(req.Name)
-	list, _, err := p.listing(ctx, p.lookupFreshness(req.Name))
+	// anything this process did or saw for the name, shared (F8).
+	list, _, err := p.listing(ctx, p.freshness(req.Name))
 	if err != nil {
 		return "", classify("listing vms", err)
 	}
@@ -201,11 +198,6 @@ func (p *Provider) allocate(ctx context.Context, list []Resource, pl plan) error
 	for i := range size {
 		vmid := p.lo + (first-p.lo+i)%size
 		r, taken := byID[vmid]
-		if !taken && p.holdsAnother(vmid, pl.req.Name) {
-			// This process knows a VM of another name there, made or seen
-			// after the listing was read: skip it as the listing would.
-			continue
-		}
 		if !taken {
 			return p.clone(ctx, list, pl, vmid)
 		}
@@ -233,15 +225,6 @@ func (p *Provider) allocate(ctx context.Context, list []Resource, pl plan) error
 		// Named: someone else's (ours would have been found by name).
 	}
 	return provider.NewTransient(fmt.Errorf("no free VMID in %d-%d", p.lo, p.hi))
-}
-
-// holdsAnother says whether this process knows a VM of another name than
-// name at vmid (its mark read or written, the VM not forgotten since).
-func (p *Provider) holdsAnother(vmid int, name string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	e, ok := p.marks[vmid]
-	return ok && e.name != name
 }
 
 // checkTemplate refuses an unsuitable template before cloning (create step 5 (docs/proxmox-behaviour.md)).

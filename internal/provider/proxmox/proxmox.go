@@ -97,14 +97,6 @@ type Provider struct {
 	// changed is, by name, when this process last changed the instance or
 	// saw a task of it end: a listing older than that does not show it.
 	changed map[string]time.Time
-	// createsSince is when this process was first asked to create: it
-	// leads then (only the leader reconciles), so no earlier leader
-	// creates any more; a listing from before, read for a health check
-	// while another process led, may miss that one's VMs.
-	createsSince time.Time
-	// forgotAt is when this process last forgot a VM (found it gone, or
-	// destroyed it): a listing from before may show it still.
-	forgotAt time.Time
 	// started is when the provider was built: a listing from before may
 	// not show what an earlier process did.
 	started time.Time
@@ -262,45 +254,6 @@ func (p *Provider) freshness(name string) time.Time {
 	return t
 }
 
-// lookupFreshness is how new a listing the name lookup of Create needs
-// (create step 4). For a name this process did or saw nothing for, any
-// listing read after the process was first asked to create (it leads then)
-// and after it last forgot a VM serves, however old: only a listing shows a
-// VM by its name (F8), a VM an earlier process made is in it (or, cloning
-// then, nameless at a VMID the probe waits on), and this process makes no
-// VM of the name without recording it. A later forget moves the bound only
-// up to a poll interval ago, as freshness does. A VMID taken since is
-// answered by the clone itself (F4). So the creates of a create phase share
-// one listing instead of reading one per poll interval. Any other name
-// needs freshness; touch makes every call after the first need it.
-func (p *Provider) lookupFreshness(name string) time.Time {
-	p.mu.Lock()
-	_, known := p.changed[name]
-	if p.createsSince.IsZero() {
-		p.createsSince = p.now()
-	}
-	t, gone := p.createsSince, p.forgotAt // createsSince is after started
-	p.mu.Unlock()
-	if known {
-		return p.freshness(name)
-	}
-	if cut := p.now().Add(-p.poll()); gone.After(cut) {
-		gone = cut
-	}
-	if gone.After(t) {
-		t = gone
-	}
-	return t
-}
-
-// touch records that this process looked at name now: its next Create or
-// Delete needs a listing read after this.
-func (p *Provider) touch(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.changed[name] = p.now()
-}
-
 // markDone records that a step of name is done in this process.
 func (p *Provider) markDone(name, kind string) {
 	p.mu.Lock()
@@ -413,7 +366,6 @@ func (p *Provider) forget(vmid int) {
 	delete(p.seeds, vmid)
 	delete(p.listed, vmid)
 	delete(p.booting, vmid)
-	p.forgotAt = p.now()
 }
 
 // cfgStr reads a config value as a string (numbers decode as float64).
