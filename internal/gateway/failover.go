@@ -62,6 +62,16 @@ func memberStatus(code int) bool {
 	return code == http.StatusProxyAuthRequired || code == http.StatusBadGateway || code == http.StatusServiceUnavailable
 }
 
+// memberTunnelStatus reports whether a member's answer to CONNECT is its own
+// failure: memberStatus's, and 500, which tinyproxy (every VM guest's
+// proxy) answers when it could not open the connection ("Unable to
+// connect"; also while it is being stopped). A destination never answers a
+// CONNECT in HTTP, so no answer to one is the destination's; a plain
+// request's 500 may be, and is passed on.
+func memberTunnelStatus(code int) bool {
+	return memberStatus(code) || code == http.StatusInternalServerError
+}
+
 // classify names a plain request's attempt: nil for an answer to pass on.
 func classify(resp *http.Response, err error) *attemptError {
 	if err != nil {

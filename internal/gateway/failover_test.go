@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,6 +266,61 @@ func TestFailoverBounds(t *testing.T) {
 			}
 			if diff := cmp.Diff(fmt.Sprintf("%d, %d hits", wantCode, tc.wantHits), fmt.Sprintf("%d, %d hits", resp.StatusCode, hits)); diff != "" {
 				t.Errorf("tunnel (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTunnelGoesOnPastAMembers500: tinyproxy answers a CONNECT it could not
+// open (or one in flight while it stops) with 500, so a tunnel tries the
+// next member, and a tunnel every member answered so gets 502, the
+// gateway's word for its members' failure; a plain request's 500 may be
+// the origin's, so it is passed on and not sent again.
+func TestTunnelGoesOnPastAMembers500(t *testing.T) {
+	origin := ipEchoWith(t, func(r *http.Request) {})
+	target := tcpEcho(t)
+	for _, tc := range []struct {
+		reason   string
+		good     bool
+		wantCode int
+	}{
+		{reason: "a 500 then a good member: the client never sees it", good: true, wantCode: http.StatusOK},
+		{reason: "only the 500 member: the gateway's 502", wantCode: http.StatusBadGateway},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			bad := startFailingMember(t, "crawl-500", http.StatusInternalServerError)
+			es := []gateway.Entry{bad.entry()}
+			if tc.good {
+				es = append(es, startMember(t, 0).entry())
+			}
+			set := gateway.NewSet()
+			set.Update("crawl", es)
+			h := startGateway(t, gateway.Config{Members: set})
+			// Round-robin starts at the first member: the failing one.
+			resp, _, _ := connect(t, h.addr, target, basic(gwUser, gwPass), "")
+			_ = resp.Body.Close()
+			got := fmt.Sprintf("%d, %d hits", resp.StatusCode, bad.hits.Load())
+			if diff := cmp.Diff(fmt.Sprintf("%d, 1 hits", tc.wantCode), got); diff != "" {
+				t.Errorf("tunnel (-want +got):\n%s", diff)
+			}
+			if !tc.good {
+				return
+			}
+			bad.hits.Store(0)
+			// The next plain request starts at the failing member again
+			// (round-robin, the tunnel took one turn each).
+			var codes []int
+			for range 2 {
+				resp, err := h.client(t, gwUser).Get(origin)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = resp.Body.Close()
+				codes = append(codes, resp.StatusCode)
+			}
+			slices.Sort(codes)
+			if diff := cmp.Diff("[200 500], 1 hits", fmt.Sprintf("%v, %d hits", codes, bad.hits.Load())); diff != "" {
+				t.Errorf("two plain GETs, one on each member (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -469,7 +469,7 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	if resp := a.resp; resp != nil {
 		_ = resp.Body.Close()
 		_ = c.Close()
-		return nil, &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: memberStatus(resp.StatusCode), sent: true,
+		return nil, &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: memberTunnelStatus(resp.StatusCode), sent: true,
 			err: memberRefusal(m, resp)}
 	}
 	_ = c.SetDeadline(time.Time{})
@@ -483,7 +483,7 @@ func memberRefusal(m *Member, resp *http.Response) error {
 	re := &forwardproxy.RefusedError{Code: resp.StatusCode, Message: "the member proxy refused the tunnel: " + resp.Status,
 		Err: fmt.Errorf("member %s answered %s", m, resp.Status)}
 	switch resp.StatusCode {
-	case http.StatusProxyAuthRequired, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+	case http.StatusProxyAuthRequired, http.StatusInternalServerError, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 		re.Code = http.StatusBadGateway
 	}
 	if why := resp.Header.Get("X-Egress-Denied"); why != "" && isToken(why) {
