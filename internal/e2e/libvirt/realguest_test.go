@@ -169,7 +169,10 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 	kvm.AllowExtraUserData = true
 	// The kvm guest also holds its CD-ROM tray locked from early boot on
 	// (#21 item 7): the seed must still go.
-	blk := kvm.Block.(*libvirt.Block)
+	blk, ok := kvm.Block.(*libvirt.Block)
+	if !ok {
+		t.Fatalf("the kvm entry's block is a %T", kvm.Block)
+	}
 	img := blk.Images[image]
 	img.Cmdline += " " + holdTrayFlag
 	blk.Images[image] = img
