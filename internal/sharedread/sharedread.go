@@ -75,15 +75,6 @@ func (r *Read[T]) Get(ctx context.Context, notBefore time.Time) (T, time.Time, e
 	}
 }
 
-// Fresh reports whether Get(ctx, notBefore) would be answered without a
-// new read: by the kept answer or by the read in flight. A caller that has
-// a cheaper read of its own uses it when the shared one is not fresh.
-func (r *Read[T]) Fresh(notBefore time.Time) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return (r.have && !r.at.Before(notBefore)) || (r.flight != nil && !r.flight.started.Before(notBefore))
-}
-
 // run makes the read of f and keeps its answer unless a newer one is kept
 // or Invalidate came since f started.
 func (r *Read[T]) run(ctx context.Context, f *flight[T]) {

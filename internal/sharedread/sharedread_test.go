@@ -195,37 +195,3 @@ func TestBound(t *testing.T) {
 		}
 	}
 }
-
-// TestFresh: Fresh says whether Get would be served without a new read,
-// so that a caller with a cheaper read of its own knows when to use it.
-func TestFresh(t *testing.T) {
-	src, clk := newSource(), &clock{t: time.Unix(1000, 0)}
-	r := New(src.read, Options{Now: clk.now})
-	start := clk.now()
-	got := map[string]bool{"nothing read yet": r.Fresh(start)}
-	done := make(chan struct{})
-	go func() { _, _, _ = r.Get(context.Background(), start); close(done) }()
-	<-src.started
-	got["a read in flight since the time asked for"] = r.Fresh(start)
-	got["a read in flight older than the time asked for"] = r.Fresh(start.Add(time.Second))
-	src.release <- 1
-	<-done
-	got["the kept answer, read at the time asked for"] = r.Fresh(start)
-	got["the kept answer, older than the time asked for"] = r.Fresh(start.Add(time.Second))
-	r.Invalidate()
-	got["after Invalidate"] = r.Fresh(start)
-	want := map[string]bool{
-		"nothing read yet":                               false,
-		"a read in flight since the time asked for":      true,
-		"a read in flight older than the time asked for": false,
-		"the kept answer, read at the time asked for":    true,
-		"the kept answer, older than the time asked for": false,
-		"after Invalidate":                               false,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Fresh (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(1, src.count()); diff != "" {
-		t.Errorf("reads mismatch (-want +got): Fresh reads nothing:\n%s", diff)
-	}
-}

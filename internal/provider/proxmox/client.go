@@ -147,10 +147,8 @@ type Resource struct {
 	Uptime   int64  `json:"uptime"`
 }
 
-// VMStatus is status/current (F14). Its answer holds one VM, whatever the
-// size of the cluster: the lone look of a Get (get step 1).
+// VMStatus is status/current (F14).
 type VMStatus struct {
-	Name      string `json:"name"`
 	Status    string `json:"status"`
 	QMPStatus string `json:"qmpstatus"`
 	Uptime    int64  `json:"uptime"`

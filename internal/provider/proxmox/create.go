@@ -426,10 +426,8 @@ func (p *Provider) advance(ctx context.Context, pl plan, r Resource, listed bool
 	if p.isDone(name, kindStart) {
 		// Create step 11 (docs/proxmox-behaviour.md): the start task ended
 		// OK, so the VM runs; Get reports it Provisioning until the agent
-		// answers, and Stopped should it stop again. Until then it is in
-		// creation: Gets may look at it alone (get step 1).
+		// answers, and Stopped should it stop again.
 		p.clearName(name)
-		p.setBooting(r.VMID, true)
 		return id, nil
 	}
 	upid, err := p.api.start(ctx, r.Node, r.VMID)

@@ -30,10 +30,6 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 		return provider.NewTransient(err)
 	}
 	defer unlock()
-	// No longer in creation: a lone look after the stop call, while the
-	// stop task runs, would show the VM running; the view's rule (never
-	// judged from a read older than this process's write) serves instead.
-	p.setBooting(vmid, false)
 	p.mu.Lock()
 	t, hadTask := p.tasks[name]
 	p.mu.Unlock()

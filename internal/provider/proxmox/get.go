@@ -26,10 +26,7 @@ import (
 // per poll interval whatever the number of VMs. The cluster-wide listing is
 // read only when the VM is not in its node's view (gone, migrated, or
 // created after the view was read) or the node cannot be listed, and
-// status/current only when neither listing can answer, or for a VM in
-// creation on a node with few Gets to serve (lookAlone: its own status is
-// then fewer bytes than the node's view, whose answer grows with the
-// cluster). A view read before
+// status/current only when neither listing can answer. A view read before
 // this process last changed the VM (a start, a stop) is never judged from:
 // the VM is Provisioning until a newer one shows it.
 func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
@@ -38,13 +35,6 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		return provider.Instance{}, err
 	}
 	notBefore := p.now().Add(-p.poll())
-	if p.lookAlone(node, vmid, notBefore) {
-		// A VM in creation on a node with few Gets to serve: its own
-		// status costs less than the node's view.
-		if inst, ok, err := p.loneLook(ctx, node, vmid, name); ok {
-			return inst, err
-		}
-	}
 	view, at, nerr := p.nodeListing(ctx, node, notBefore)
 	if nerr != nil && ctx.Err() != nil {
 		return provider.Instance{}, classify("listing vms", nerr)
@@ -202,7 +192,6 @@ func (p *Provider) judge(ctx context.Context, r Resource, nv *NodeVM, at time.Ti
 	}
 	p.mu.Lock()
 	p.addrs[vmid] = addrEntry{addr: addr, uptime: st.Uptime}
-	delete(p.booting, vmid) // created: the view serves its Gets from now on
 	p.mu.Unlock()
 	// The guest is up: cloud-init read the seed long ago.
 	p.consumeSeed(ctx, r, name)

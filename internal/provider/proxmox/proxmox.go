@@ -58,11 +58,6 @@ type Provider struct {
 	vms     *sharedread.Read[[]Resource]
 	listMu  sync.Mutex
 	nodeVMs map[string]*sharedread.Read[[]NodeVM]
-	// demand is, by node, how many Gets looked at the node's VMs lately and
-	// how many VMs its listings hold: what tells a Get of a VM in creation
-	// whether the node's view or its VM's own status is the cheaper read
-	// (lookAlone). Guarded by listMu.
-	demand map[string]*nodeDemand
 	// nodeTasks are, by node, the task lists that tell the tasks of every
 	// Create and Delete in flight on the node how they are doing.
 	nodeTasks map[string]*sharedread.Read[[]TaskEntry]
@@ -87,11 +82,6 @@ type Provider struct {
 	// tag: ListByTag reports them from here, so that a Proxy deleted in
 	// the middle of its create still finds its VM.
 	creating map[string]creatingVM
-	// booting holds, by VMID, the VMs whose Create this process saw end (the
-	// start task ended OK) and whose address no Get has seen yet: the VMs in
-	// creation, which a Get may look at alone (get step 1). A Delete of the
-	// VM or its address found ends it.
-	booting map[int]bool
 	// seeds is, by VMID, what is known of the VM's seed.
 	seeds map[int]seedState
 	// changed is, by name, when this process last changed the instance or
@@ -186,21 +176,15 @@ func New(o Options) (*Provider, error) {
 	p := &Provider{
 		ident: o.Ownership, entries: o.Entries, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
-		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{}, demand: map[string]*nodeDemand{}, booting: map[int]bool{},
-		marks: map[int]markEntry{}, addrs: map[int]addrEntry{},
+		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
+		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
 		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating: map[string]creatingVM{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
 	p.started = p.now()
-	p.vms = sharedread.New(func(ctx context.Context) ([]Resource, error) {
-		list, err := p.api.resources(ctx)
-		if err == nil {
-			p.noteClusterSizes(list)
-		}
-		return list, err
-	}, sharedread.Options{Now: p.now})
+	p.vms = sharedread.New(p.api.resources, sharedread.Options{Now: p.now})
 	return p, nil
 }
 
@@ -267,25 +251,14 @@ func (p *Provider) markDone(name, kind string) {
 // its VMs from (with full=1 each running VM carries its qmpstatus, which the
 // cluster-wide listing lacks, F14).
 func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, time.Time, error) {
-	return p.nodeView(node).Get(ctx, notBefore)
-}
-
-// nodeView is the shared read of node's listing.
-func (p *Provider) nodeView(node string) *sharedread.Read[[]NodeVM] {
 	p.listMu.Lock()
-	defer p.listMu.Unlock()
 	s, ok := p.nodeVMs[node]
 	if !ok {
-		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) {
-			list, err := p.api.nodeVMs(ctx, node)
-			if err == nil {
-				p.noteNodeSize(node, len(list))
-			}
-			return list, err
-		}, sharedread.Options{Now: p.now})
+		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }, sharedread.Options{Now: p.now})
 		p.nodeVMs[node] = s
 	}
-	return s
+	p.listMu.Unlock()
+	return s.Get(ctx, notBefore)
 }
 
 // cachedListing is the listing at most one poll interval old.
@@ -365,7 +338,6 @@ func (p *Provider) forget(vmid int) {
 	delete(p.addrs, vmid)
 	delete(p.seeds, vmid)
 	delete(p.listed, vmid)
-	delete(p.booting, vmid)
 }
 
 // cfgStr reads a config value as a string (numbers decode as float64).

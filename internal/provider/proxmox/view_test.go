@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // viewPoll is the poll interval of the view tests: far longer than a test
@@ -37,10 +35,7 @@ func clockedProvider(t *testing.T) (*harness, *Provider, func(time.Duration)) {
 }
 
 // runningOnClock is harness.running for a clocked provider: each look comes
-// a poll interval after the previous one, so that it reads a new view (or,
-// while the VM is in creation, maybe its own status alone: lookAlone). Once
-// the VM runs, one more look in a new interval reads its node's view, which
-// is then kept, as for any VM no longer in creation.
+// a poll interval after the previous one, so that it reads a new view.
 func (h *harness) runningOnClock(p *Provider, pass func(time.Duration), id provider.ID) provider.Instance {
 	h.t.Helper()
 	var inst provider.Instance
@@ -53,10 +48,6 @@ func (h *harness) runningOnClock(p *Provider, pass func(time.Duration), id provi
 		inst = got
 		return err == nil && got.State == provider.StateRunning && got.Address.IsValid()
 	})
-	pass(2 * viewPoll)
-	if got, err := p.Get(h.ctx, id); err != nil || got.State != provider.StateRunning {
-		h.t.Fatalf("get of %s once running = %+v, %v", id, got, err)
-	}
 	return inst
 }
 
@@ -273,104 +264,6 @@ func TestNodeViewIsNotJudgedOlderThanTheOperatorsOwnWrite(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.calls, h.sim.Counters()); tc.calls != nil && diff != "" {
 				t.Errorf("calls of the Get right after the write (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// TestGetOfAVMInCreationLooksAloneUnlessTheViewServesMany: a Get of a VM
-// in creation (Create returned, no address yet) reads the VM's own status
-// (status/current, one VM's answer) while its node has few Gets to serve,
-// and the node's view (an answer that grows with the node's VMs) once the
-// view serves at least one Get per viewVMsPerLook of its VMs. The lone look
-// maps as the view's entry does (get step 3, F14). Other people's VMs on
-// the node make its view large next to one VM's status.
-func TestGetOfAVMInCreationLooksAloneUnlessTheViewServesMany(t *testing.T) {
-	const fillers, inCreation = 12, 8
-	h, p, pass := clockedProvider(t)
-	notTemplate := false
-	for i := range fillers {
-		if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 300 + i, Node: "pve1", Name: fmt.Sprintf("someone-else-%02d", i), Template: &notTemplate}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A VM not in creation: its Gets always read the view.
-	steady := h.create(p, h.request("uid-lone-steady", "proxy-lonesteady00001"))
-	h.runningOnClock(p, pass, steady)
-	pass(2 * viewPoll)
-	if _, err := p.Get(h.ctx, steady); err != nil { // reads the view: 15 VMs
-		t.Fatal(err)
-	}
-	ids := make([]provider.ID, inCreation)
-	for i := range inCreation {
-		ids[i] = h.create(p, h.request("uid-lone-"+strconv.Itoa(i), fmt.Sprintf("proxy-lone%012d", i)))
-		_, vmid, _, _ := parseID(ids[i])
-		h.sim.SetAgentNeverStarts(vmid, true) // F5: booting for the whole test
-	}
-	const (
-		lone = "GET /nodes/{node}/qemu/{vmid}/status/current"
-		view = "GET /nodes/{node}/qemu"
-		all  = "GET /cluster/resources"
-	)
-	reads := func() map[string]int64 {
-		out := map[string]int64{}
-		for k, n := range h.sim.Counters() {
-			if k == lone || k == view || k == all {
-				out[k] = n
-			}
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name, reason string
-		before       func()        // behind the operator's back, before the Gets
-		gets         []int         // indexes into ids, in order
-		newInterval  time.Duration // passed before the Gets
-		want         map[string]int64
-		states       []provider.State
-	}{
-		{"one Get", "one look at a node whose newest listing showed 15 VMs: the VM's own status is about a fifteenth of the view's bytes", nil,
-			[]int{0}, 2 * viewPoll, map[string]int64{lone: 1}, []provider.State{provider.StateProvisioning}},
-		{"every VM in creation once", "the first three looks are alone; at the fourth the view serves one look per 4 of the 15 VMs the node's newest listing showed, and it serves the rest",
-			nil, []int{0, 1, 2, 3, 4, 5, 6, 7}, 2 * viewPoll, map[string]int64{lone: 3, view: 1},
-			slices.Repeat([]provider.State{provider.StateProvisioning}, inCreation)},
-		{"every VM again, the next interval", "the interval before had eight looks, enough for the view of 23 VMs from the first look on",
-			nil, []int{0, 1, 2, 3, 4, 5, 6, 7}, viewPoll, map[string]int64{view: 1},
-			slices.Repeat([]provider.State{provider.StateProvisioning}, inCreation)},
-		{"paused and stopped in creation", "F14: status/current says qmpstatus paused of a paused VM, stopped of a stopped one: both Stopped",
-			func() {
-				_, v0, _, _ := parseID(ids[0])
-				_, v1, _, _ := parseID(ids[1])
-				h.vmTask("pve1", v0, "/status/suspend")
-				h.vmTask("pve1", v1, "/status/stop")
-			}, []int{0, 1}, 2 * viewPoll, map[string]int64{lone: 2}, []provider.State{provider.StateStopped, provider.StateStopped}},
-		{"after a Get of a VM not in creation", "that Get read the view in the interval before, as such Gets always do, so the view is read anyway and the VM in creation shares it",
-			func() {
-				pass(2 * viewPoll)
-				if _, err := p.Get(h.ctx, steady); err != nil {
-					t.Fatal(err)
-				}
-			}, []int{2}, viewPoll, map[string]int64{view: 1}, []provider.State{provider.StateProvisioning}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if tc.before != nil {
-				tc.before()
-			}
-			pass(tc.newInterval)
-			h.sim.ResetCounters()
-			var states []provider.State
-			for _, i := range tc.gets {
-				inst, err := p.Get(h.ctx, ids[i])
-				if err != nil {
-					t.Fatalf("Get %s: %v", ids[i], err)
-				}
-				states = append(states, inst.State)
-			}
-			if diff := cmp.Diff(tc.states, states); diff != "" {
-				t.Errorf("states (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.want, reads()); diff != "" {
-				t.Errorf("reads of %d Gets of VMs in creation (-want +got) (%s):\n%s", len(tc.gets), tc.reason, diff)
 			}
 		})
 	}
