@@ -114,8 +114,10 @@ const hostileMarker = "egress-e2e: the hostile extra part ran"
 // holdTrayFlag, on a lab guest's kernel command line, makes the guest
 // image open its CD-ROM at boot and keep it open, which locks the tray
 // (hack/libvirt/build-guest-image.sh, egress-hold-tray.service);
-// holdTrayMarker is the console line that says it did. A non-forced eject
-// of a locked tray leaves the seed, with the proxy's password, attached.
+// holdTrayMarker is the console line that says it did. The guest's udev
+// still answers the host's eject request, so this shows that a drive held
+// open does not keep the seed, not yet that the eject must be forced
+// (docs/libvirt-testworld.md).
 const (
 	holdTrayFlag   = "egress_test.hold_tray"
 	holdTrayMarker = "egress-test: holding the tray of /dev/sr0 locked"
@@ -167,8 +169,8 @@ func labConfig(t *testing.T, l *libvirtlab.Lab) *config.Config {
 	// carries hostilePart.
 	kvm := entry(kvmEntry, libvirt.TypeKVM, libvirt.AddressSourceAgent)
 	kvm.AllowExtraUserData = true
-	// The kvm guest also holds its CD-ROM tray locked from early boot on
-	// (#21 item 7): the seed must still go.
+	// The kvm guest also holds its CD-ROM open from early boot on (#21
+	// item 7): the seed must still go.
 	blk, ok := kvm.Block.(*libvirt.Block)
 	if !ok {
 		t.Fatalf("the kvm entry's block is a %T", kvm.Block)
@@ -392,12 +394,12 @@ func TestRealGuestOnBothTypes(t *testing.T) {
 
 	// The guests consumed their seeds: no seed volume, no CD-ROM media
 	// (the provider releases them at the Get that sees the address), the
-	// kvm guest's although it holds the tray locked.
+	// kvm guest's although it holds the drive open.
 	for i, e := range entries {
 		name := domainOf(t, proxies[i])
 		if e == kvmEntry {
 			if b, _ := os.ReadFile(filepath.Join(l.SerialDir, name+".log")); !bytes.Contains(b, []byte(holdTrayMarker)) {
-				t.Errorf("%s: the guest did not say on its console that it holds the CD-ROM tray locked (%q)", e, holdTrayMarker)
+				t.Errorf("%s: the guest did not say on its console that it holds the CD-ROM open (%q)", e, holdTrayMarker)
 			}
 		}
 		poll.UntilPaced(t, 2*time.Minute, func() (bool, string) {
