@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
@@ -15,7 +16,7 @@ import (
 
 // Failover: an attempt through a member that fails before any byte reached
 // the client (the member cannot be dialed, times out, or answers 407, 502 or
-// 503) is tried again through another member the request may use, up to
+// 503, or tinyproxy's own 500 "Unable to connect") is tried again through another member the request may use, up to
 // MaxAttempts in all; the client sees only the last attempt. A member whose
 // attempts fail EjectAfter times in a row sits out EjectFor: it gets no new
 // request or tunnel (a session on it moves, by rendezvous, to its next
@@ -72,13 +73,26 @@ func memberTunnelStatus(code int) bool {
 	return memberStatus(code) || code == http.StatusInternalServerError
 }
 
+// tinyproxyUnreached reports whether resp is tinyproxy's own answer to a
+// plain request it could not connect onwards ("500 Unable to connect",
+// with tinyproxy's Server header; also what a request in flight gets while
+// tinyproxy stops, its connect interrupted). Unlike an origin's 500 it
+// says the member forwarded nothing. tinyproxy is every VM guest's proxy,
+// and configured without Via, so the reason phrase and Server are what
+// tell its answer from a destination's.
+func tinyproxyUnreached(resp *http.Response) bool {
+	return resp.StatusCode == http.StatusInternalServerError &&
+		strings.EqualFold(strings.TrimSpace(strings.TrimPrefix(resp.Status, "500")), "Unable to connect") &&
+		strings.HasPrefix(resp.Header.Get("Server"), "tinyproxy/")
+}
+
 // classify names a plain request's attempt: nil for an answer to pass on.
 func classify(resp *http.Response, err error) *attemptError {
 	if err != nil {
 		_, dial := errors.AsType[*dialError](err)
 		return &attemptError{cause: causeOf(err), member: true, sent: !dial, err: err}
 	}
-	if memberStatus(resp.StatusCode) {
+	if memberStatus(resp.StatusCode) || tinyproxyUnreached(resp) {
 		return &attemptError{cause: "status-" + strconv.Itoa(resp.StatusCode), member: true, sent: true, err: errors.New(resp.Status)}
 	}
 	return nil

@@ -326,6 +326,76 @@ func TestTunnelGoesOnPastAMembers500(t *testing.T) {
 	}
 }
 
+// tinyproxyUnableToConnect is what tinyproxy 1.11.1 answered on loopback to
+// a GET for a closed port (2026-12-02), headers and the start of its page.
+const tinyproxyUnableToConnect = "HTTP/1.1 500 Unable to connect\r\nServer: tinyproxy/1.11.1\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n" +
+	"<?xml version=\"1.0\" encoding=\"UTF-8\" ?>\n<html><head><title>500 Unable to connect</title></head></html>\n"
+
+// startRawMember starts a member that answers every request with answer,
+// byte for byte (net/http's server cannot write a reason phrase of its
+// own), and counts the requests.
+func startRawMember(t *testing.T, name, answer string) *failingMember {
+	t.Helper()
+	f := &failingMember{name: name}
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.hits.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijacking the member's connection: %v", err)
+			return
+		}
+		defer func() { _ = conn.Close() }()
+		_, _ = buf.WriteString(answer)
+		_ = buf.Flush()
+	}))
+	t.Cleanup(s.Close)
+	u := url.URL{Scheme: "http", Host: strings.TrimPrefix(s.URL, "http://"), User: url.UserPassword("uraw", "raw-member-password-0xbeef")}
+	f.url = u.String()
+	return f
+}
+
+// TestPlainRequestGoesOnPastTinyproxysUnableToConnect: tinyproxy answers a
+// plain request it could not connect onwards (and one in flight while it
+// stops: the real-guest tier's kill phase saw 2 of 278 so) with its own
+// "500 Unable to connect": it forwarded nothing, so the request goes to the
+// next member. A 500 that is not tinyproxy's own (an origin's, or one that
+// only borrows the phrase) is the destination's answer: passed on, not
+// sent again.
+func TestPlainRequestGoesOnPastTinyproxysUnableToConnect(t *testing.T) {
+	origin := ipEchoWith(t, func(r *http.Request) {})
+	for _, tc := range []struct {
+		reason   string
+		answer   string
+		wantCode int
+		wantHits int64
+	}{
+		{reason: "tinyproxy's own 500: the next member serves", answer: tinyproxyUnableToConnect, wantCode: http.StatusOK, wantHits: 1},
+		{reason: "an origin's 500 through the member: passed on",
+			answer:   "HTTP/1.1 500 Internal Server Error\r\nServer: nginx\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+			wantCode: http.StatusInternalServerError, wantHits: 1},
+		{reason: "the phrase without tinyproxy's Server header: the origin's",
+			answer:   "HTTP/1.1 500 Unable to connect\r\nServer: app\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+			wantCode: http.StatusInternalServerError, wantHits: 1},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			bad := startRawMember(t, "crawl-0raw", tc.answer)
+			set := gateway.NewSet()
+			set.Update("crawl", []gateway.Entry{bad.entry(), startMember(t, 0).entry()})
+			h := startGateway(t, gateway.Config{Members: set})
+			// Round-robin starts at the first member: the raw one.
+			resp, err := h.client(t, gwUser).Get(origin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if diff := cmp.Diff(fmt.Sprintf("%d, %d hits", tc.wantCode, tc.wantHits), fmt.Sprintf("%d, %d hits", resp.StatusCode, bad.hits.Load())); diff != "" {
+				t.Errorf("GET (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestPostToADeadMemberGoesToAnother: a request with a body whose member
 // cannot be dialed reached nobody, so it goes to another member, body
 // intact.
