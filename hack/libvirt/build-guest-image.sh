@@ -155,9 +155,16 @@ chroot "$root" systemctl enable egress-dhcp-release.service
 # A test can make the guest hold its CD-ROM tray locked from early boot on
 # (kernel command line egress_test.hold_tray): the drive is opened and never
 # closed, and Linux locks the tray of a CD-ROM while it is open
-# (/proc/sys/dev/cdrom/lock, 1 by default). The operator's eject of the
-# seed must still empty the drive (issue #21 item 7). Without the word on
-# the command line the unit does not start.
+# (/proc/sys/dev/cdrom/lock, 1 by default). A locked tray alone is not
+# enough: QEMU answers a non-forced eject by asking the guest, and udev's
+# 60-cdrom_id.rules honours the request (cdrom_id --eject-media unlocks
+# and opens the tray), so a run without libvirt's force flag passed too.
+# The unit therefore first masks that rule (an empty file of the same name
+# in /run/udev/rules.d wins over /usr/lib's) and reloads udev: the guest
+# ignores eject requests, as a desktop or a busy reader does, and only a
+# forced eject empties the drive. The operator's eject of the seed must
+# still empty it (issue #21 item 7). Without the word on the command line
+# the unit does not start.
 cat >"$root/etc/systemd/system/egress-hold-tray.service" <<'UNIT'
 [Unit]
 Description=Hold the CD-ROM tray locked (tests only)
@@ -170,7 +177,8 @@ Conflicts=shutdown.target
 
 [Service]
 Type=simple
-ExecStart=/bin/sh -c 'exec 3</dev/sr0 && echo "egress-test: holding the tray of /dev/sr0 locked" >/dev/console && exec sleep infinity'
+ExecStartPre=/bin/sh -c 'mkdir -p /run/udev/rules.d && : >/run/udev/rules.d/60-cdrom_id.rules && udevadm control --reload'
+ExecStart=/bin/sh -c 'exec 3</dev/sr0 && echo "egress-test: holding the tray of /dev/sr0 locked, eject requests ignored" >/dev/console && exec sleep infinity'
 
 [Install]
 WantedBy=sysinit.target
