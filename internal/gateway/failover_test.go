@@ -29,12 +29,21 @@ type failingMember struct {
 
 func startFailingMember(t *testing.T, name string, code int) *failingMember {
 	t.Helper()
+	return startAnsweringMember(t, name, func(w http.ResponseWriter) {
+		w.Header().Set("Connection", "close")
+		http.Error(w, "member failing", code)
+	})
+}
+
+// startAnsweringMember starts a member that reads each request, counts it
+// and answers it with answer.
+func startAnsweringMember(t *testing.T, name string, answer func(w http.ResponseWriter)) *failingMember {
+	t.Helper()
 	f := &failingMember{name: name}
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.hits.Add(1)
 		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Connection", "close")
-		http.Error(w, "member failing", code)
+		answer(w)
 	}))
 	t.Cleanup(s.Close)
 	u := url.URL{Scheme: "http", Host: strings.TrimPrefix(s.URL, "http://"), User: url.UserPassword("ufailing", "failing-member-password-0xdead")}
@@ -336,10 +345,7 @@ const tinyproxyUnableToConnect = "HTTP/1.1 500 Unable to connect\r\nServer: tiny
 // own), and counts the requests.
 func startRawMember(t *testing.T, name, answer string) *failingMember {
 	t.Helper()
-	f := &failingMember{name: name}
-	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		f.hits.Add(1)
-		_, _ = io.Copy(io.Discard, r.Body)
+	return startAnsweringMember(t, name, func(w http.ResponseWriter) {
 		conn, buf, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			t.Errorf("hijacking the member's connection: %v", err)
@@ -348,11 +354,7 @@ func startRawMember(t *testing.T, name, answer string) *failingMember {
 		defer func() { _ = conn.Close() }()
 		_, _ = buf.WriteString(answer)
 		_ = buf.Flush()
-	}))
-	t.Cleanup(s.Close)
-	u := url.URL{Scheme: "http", Host: strings.TrimPrefix(s.URL, "http://"), User: url.UserPassword("uraw", "raw-member-password-0xbeef")}
-	f.url = u.String()
-	return f
+	})
 }
 
 // TestPlainRequestGoesOnPastTinyproxysUnableToConnect: tinyproxy answers a
@@ -368,15 +370,14 @@ func TestPlainRequestGoesOnPastTinyproxysUnableToConnect(t *testing.T) {
 		reason   string
 		answer   string
 		wantCode int
-		wantHits int64
 	}{
-		{reason: "tinyproxy's own 500: the next member serves", answer: tinyproxyUnableToConnect, wantCode: http.StatusOK, wantHits: 1},
+		{reason: "tinyproxy's own 500: the next member serves", answer: tinyproxyUnableToConnect, wantCode: http.StatusOK},
 		{reason: "an origin's 500 through the member: passed on",
 			answer:   "HTTP/1.1 500 Internal Server Error\r\nServer: nginx\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-			wantCode: http.StatusInternalServerError, wantHits: 1},
+			wantCode: http.StatusInternalServerError},
 		{reason: "the phrase without tinyproxy's Server header: the origin's",
 			answer:   "HTTP/1.1 500 Unable to connect\r\nServer: app\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-			wantCode: http.StatusInternalServerError, wantHits: 1},
+			wantCode: http.StatusInternalServerError},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			bad := startRawMember(t, "crawl-0raw", tc.answer)
@@ -389,7 +390,9 @@ func TestPlainRequestGoesOnPastTinyproxysUnableToConnect(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = resp.Body.Close()
-			if diff := cmp.Diff(fmt.Sprintf("%d, %d hits", tc.wantCode, tc.wantHits), fmt.Sprintf("%d, %d hits", resp.StatusCode, bad.hits.Load())); diff != "" {
+			// One hit on the raw member either way: a 500 is never sent
+			// to it twice.
+			if diff := cmp.Diff(fmt.Sprintf("%d, 1 hits", tc.wantCode), fmt.Sprintf("%d, %d hits", resp.StatusCode, bad.hits.Load())); diff != "" {
 				t.Errorf("GET (-want +got):\n%s", diff)
 			}
 		})

@@ -781,7 +781,7 @@ func killAMember(ctx context.Context, t *testing.T, l *libvirtlab.Lab, ns string
 	var failures []string
 	fromVictim, moved, movedOwn, ownSessions, cut := 0, 0, 0, 0, 0
 	for _, o := range outcomes {
-		if o.err != nil && errors.Is(o.err, errCutAfterConnect) && !o.started.After(dead) {
+		if errors.Is(o.err, errCutAfterConnect) && !o.started.After(dead) {
 			// Established before the victim went, cut when it went: the
 			// client had its 200, so this is the member's death, not a
 			// failover the gateway missed.
