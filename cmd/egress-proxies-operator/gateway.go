@@ -2,297 +2,35 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"os"
-	"strconv"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
-	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
-	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
-	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
-// Environment variables of the gateway subcommand: its own credentials
-// (from its Secret, through secretKeyRef) and its namespace.
-const (
-	envGatewayUsername = "GATEWAY_USERNAME"
-	envGatewayPassword = "GATEWAY_PASSWORD"
-	envPodNamespace    = "POD_NAMESPACE"
-)
-
-// gatewayOptions are the gateway subcommand's flags.
-type gatewayOptions struct {
-	listen, adminListen string
-	namespace, pools    string
-	gateway             string
-	strategy            string
-	allowedRanges       string
-	drain               time.Duration
-	dialTimeout         time.Duration
-	idleTimeout         time.Duration
-	maxConcurrent       int
-	maxConnections      int
-	readHeader          time.Duration
-	maxAttempts         int
-	ejectAfter          int
-	ejectFor            time.Duration
-	maxPerMember        int
-	hostPerMinute       int
-	banStatuses         string
-	banFor              time.Duration
-	accessLog           bool
-}
-
-// runGateway runs `egress-proxies-operator gateway`, a pool gateway (see
-// internal/gateway), until ctx is done; then it drains and returns nil.
-// It reaches the API server as its pod's ServiceAccount.
+// runGateway runs `egress-proxies-operator gateway`, a pool gateway's
+// replica (setup.RunGateway), until ctx is done; then it drains and
+// returns nil. It reaches the API server as its pod's ServiceAccount.
 func runGateway(ctx context.Context, args []string, getenv func(string) string, log logr.Logger) error {
-	return serveGateway(ctx, args, getenv, inClusterClients, log, nil)
-}
-
-// gatewayClients are the API clients of the gateway subcommand: the member
-// watch's and the administrator's bans watch's.
-type gatewayClients struct {
-	core    kubernetes.Interface
-	dynamic dynamic.Interface
-}
-
-// serveGateway is runGateway; ready, when not nil, gets the gateway's and
-// the admin server's addresses once both listen.
-// client returns the API clients the watches use.
-func serveGateway(ctx context.Context, args []string, getenv func(string) string, client func() (gatewayClients, error),
-	log logr.Logger, ready func(gw, admin net.Addr),
-) error {
-	var o gatewayOptions
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.listen, "listen", ":3128", "Address of the gateway.")
-	fs.StringVar(&o.adminListen, "admin-listen", ":9090", "Address of /healthz, /readyz (ready once there are members) and /metrics.")
-	fs.StringVar(&o.namespace, "namespace", getenv(envPodNamespace), "Namespace of the pools (default: $"+envPodNamespace+").")
-	fs.StringVar(&o.gateway, "gateway", "", "The ProxyGateway whose spec.bans (an administrator's bans, kubectl egress ban) the gateway honours; empty: none.")
-	fs.StringVar(&o.pools, "pools", "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
-	fs.StringVar(&o.strategy, "strategy", string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
-	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served; required without credentials.")
-	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long requests and tunnels in flight may go on.")
-	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel without traffic for that long is closed.")
-	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
-	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
-	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
-	fs.IntVar(&o.ejectAfter, "eject-after", gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
-	fs.DurationVar(&o.ejectFor, "eject-for", gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
-	fs.IntVar(&o.maxPerMember, "max-per-member", gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
-	fs.IntVar(&o.hostPerMinute, "member-host-requests-per-minute", 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
-	fs.StringVar(&o.banStatuses, "ban-statuses", "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
-	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
-	fs.DurationVar(&o.banFor, "ban-for", gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator gateway --pools a,b [flags]")
-			fs.PrintDefaults()
-		}
-		return fmt.Errorf("gateway: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
-	}
-	var pools []string
-	for p := range strings.SplitSeq(o.pools, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			pools = append(pools, p)
-		}
-	}
-	if len(pools) == 0 || o.namespace == "" {
-		return errors.New("gateway: --pools and --namespace (or $" + envPodNamespace + ") are required")
-	}
-	banStatuses, err := parseStatuses(o.banStatuses)
-	if err != nil {
-		return fmt.Errorf("gateway: --ban-statuses: %w", err)
-	}
-	ranges, err := egress.ParsePrefixes(o.allowedRanges)
-	if err != nil {
-		return fmt.Errorf("gateway: --allowed-source-ranges: %w", err)
-	}
-	if getenv(envGatewayUsername) == "" && len(ranges) > 0 {
-		// Without credentials the ranges are all that keeps it closed,
-		// with the same bound as a proxy's.
-		if err := egress.CheckOpenSources(ranges); err != nil {
-			return fmt.Errorf("gateway: refusing to run an open gateway: --allowed-source-ranges without credentials: %w", err)
-		}
-	}
-	reg := prometheus.NewRegistry()
-	if err := errors.Join(reg.Register(collectors.NewGoCollector()), reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
-		return fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		return fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-	fm, err := forwardproxy.NewMetrics(reg)
-	if err != nil {
-		return fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-	// Spans per request and tunnel when the OTEL_* variables ask for
-	// them, as for the operator.
-	tracer, shutdownTracing, err := tracing.Setup(ctx, getenv, version)
-	if err != nil {
-		return fmt.Errorf("gateway: tracing: %w", err)
-	}
-	defer func() {
-		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := shutdownTracing(flushCtx); err != nil {
-			log.Error(err, "flushing spans")
-		}
-	}()
-	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: getenv(envGatewayUsername), Password: getenv(envGatewayPassword),
-		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
-		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: banStatuses, BanFor: o.banFor,
-		Metrics: gm, Log: log.WithName("members")})
-	if err != nil {
-		return err
-	}
-	po := gateway.ProxyOptions{AllowedSourceRanges: ranges, MaxConcurrent: o.maxConcurrent,
-		IdleTimeout: o.idleTimeout, Metrics: fm, Log: log.WithName("forward")}
-	if o.accessLog {
-		po.AccessLog = log.WithName("access")
-	}
-	p, err := gateway.NewProxy(g, po)
-	if err != nil {
-		return err
-	}
-	clients, err := client()
-	if err != nil {
-		return fmt.Errorf("gateway: reaching the API server: %w", err)
-	}
-
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", o.listen)
-	if err != nil {
-		return fmt.Errorf("gateway: --listen: %w", err)
-	}
-	adminLn, err := lc.Listen(ctx, "tcp", o.adminListen)
-	if err != nil {
-		_ = ln.Close()
-		return fmt.Errorf("gateway: --admin-listen: %w", err)
-	}
-	log.Info("gateway listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(), "namespace", o.namespace,
-		"pools", pools, "strategy", o.strategy, "auth", map[bool]string{true: "basic", false: "none"}[getenv(envGatewayUsername) != ""],
-		"allowedSourceRanges", fmt.Sprint(ranges))
-	if ready != nil {
-		ready(ln.Addr(), adminLn.Addr())
-	}
-
-	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		if o.gateway == "" {
-			gateway.Watch(watchCtx, clients.core, o.namespace, pools, set, gm, log.WithName("watch"))
-			return
-		}
-		var wg sync.WaitGroup
-		wg.Go(func() { gateway.Watch(watchCtx, clients.core, o.namespace, pools, set, gm, log.WithName("watch")) })
-		wg.Go(func() {
-			gateway.WatchAdminBans(watchCtx, clients.dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
-		})
-		wg.Wait()
-	}()
-	// The member watch and the admin server outlive the drain, so that
-	// draining tunnels keep their members and /metrics shows the drain.
-	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
-	results := make(chan error, 2)
-	go func() {
-		err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections})
-		if err != nil {
-			err = fmt.Errorf("gateway: serving --listen %s: %w", o.listen, err)
-		}
-		stopAdmin()
-		results <- err
-	}()
-	go func() {
-		err := forwardproxy.Serve(adminCtx, adminLn, gatewayAdminHandler(reg, set), proxyAdminDrain)
-		if err != nil {
-			err = fmt.Errorf("gateway: serving --admin-listen %s: %w", o.adminListen, err)
-		}
-		results <- err
-	}()
-	errs := []error{<-results, <-results}
-	stopWatch()
-	<-watched
-	g.CloseIdleConnections()
-	log.Info("gateway stopped")
-	return errors.Join(errs...)
-}
-
-// gatewayAdminHandler serves /healthz, /readyz (200 only while the gateway
-// has members to send to) and /metrics.
-func gatewayAdminHandler(reg *prometheus.Registry, set *gateway.Set) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", proxyAdminHandler(reg))
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if n := set.Len(); n > 0 {
-			_, _ = fmt.Fprintf(w, "ok: %d members\n", n)
-			return
-		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, "no members to send to\n")
-	})
-	return mux
-}
-
-// parseStatuses reads a comma-separated list of HTTP status codes; the
-// gateway checks which codes may be bans.
-func parseStatuses(s string) ([]int, error) {
-	var out []int
-	for f := range strings.SplitSeq(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			return nil, fmt.Errorf("%q is not a status code", f)
-		}
-		out = append(out, n)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no status code")
-	}
-	return out, nil
+	return setup.RunGateway(ctx, args, setup.GatewayEnv{Getenv: getenv, Clients: inClusterClients, Log: log, Version: version})
 }
 
 // inClusterClients is how the gateway pod reaches the API server.
-func inClusterClients() (gatewayClients, error) {
+func inClusterClients() (setup.GatewayClients, error) {
 	rc, err := ctrl.GetConfig()
 	if err != nil {
-		return gatewayClients{}, err
+		return setup.GatewayClients{}, err
 	}
 	core, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return gatewayClients{}, err
+		return setup.GatewayClients{}, err
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
-		return gatewayClients{}, err
+		return setup.GatewayClients{}, err
 	}
-	return gatewayClients{core: core, dynamic: dyn}, nil
+	return setup.GatewayClients{Core: core, Dynamic: dyn}, nil
 }

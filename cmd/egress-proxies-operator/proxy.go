@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,10 +16,10 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // Environment variables that carry the proxy's credentials when
@@ -34,10 +33,6 @@ const (
 // server's Service address, which a proxy pod always refuses as a
 // destination.
 const envKubernetesServiceHost = "KUBERNETES_SERVICE_HOST"
-
-// proxyAdminDrain is the shutdown window of the admin server, whose requests are
-// short.
-const proxyAdminDrain = 5 * time.Second
 
 // proxyOptions are the proxy subcommand's flags.
 type proxyOptions struct {
@@ -170,7 +165,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	if adminLn != nil {
 		running++
 		go func() {
-			err := forwardproxy.Serve(adminCtx, adminLn, proxyAdminHandler(reg), proxyAdminDrain)
+			err := forwardproxy.Serve(adminCtx, adminLn, setup.AdminHandler(reg), setup.AdminDrain)
 			if err != nil {
 				err = fmt.Errorf("proxy: serving --admin-listen %s: %w", o.adminListen, err)
 			}
@@ -251,15 +246,4 @@ func readProxyCredential(dir, name string) (string, error) {
 		return "", fmt.Errorf("--credentials-dir: %s is empty", path)
 	}
 	return s, nil
-}
-
-// proxyAdminHandler serves /healthz and /metrics.
-func proxyAdminHandler(reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,8 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // demoGatewayUser is the crawler's user name at the demo's gateway.
@@ -146,44 +145,39 @@ func (g *demoGateway) client(user string) *http.Client {
 }
 
 // startDemoGateway starts a gateway in front of pool's members on a
-// loopback port, with a password of its own.
+// loopback port, with a password of its own: setup.RunGateway with the
+// arguments a ProxyGateway's Deployment gives the gateway subcommand
+// (--pools), its watch reaching the API server as the demo does, and its
+// log discarded (the demo prints what it shows).
 func startDemoGateway(ctx context.Context, restCfg *rest.Config, ns, pool string) (*demoGateway, error) {
 	cs, err := kubernetes.NewForConfig(restCfg)
 	if err != nil {
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
-	fm, err := forwardproxy.NewMetrics(reg)
-	if err != nil {
-		return nil, err
-	}
 	pass := rand.Text()
-	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Members: set, Username: demoGatewayUser, Password: pass, Metrics: gm, Log: logr.Discard()})
-	if err != nil {
-		return nil, err
-	}
-	p, err := gateway.NewProxy(g, gateway.ProxyOptions{Metrics: fm, Log: logr.Discard()})
-	if err != nil {
-		return nil, err
-	}
-	ln, err := forwardproxy.Listen(ctx, "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
+	environ := map[string]string{gateway.EnvUsername: demoGatewayUser, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
+	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + pool, "--drain=1s"}
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { gateway.Watch(ctx, cs, ns, []string{pool}, set, gm, logr.Discard()) })
-	wg.Go(func() { _ = forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: time.Second}) })
-	return &demoGateway{set: set, addr: ln.Addr().String(), pass: pass, stop: func() {
+	ready := make(chan setup.GatewayReplica, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- setup.RunGateway(ctx, args, setup.GatewayEnv{
+			Getenv:  func(k string) string { return environ[k] },
+			Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
+			Log:     logr.Discard(),
+			Ready:   func(r setup.GatewayReplica) { ready <- r },
+		})
+	}()
+	select {
+	case r := <-ready:
+		return &demoGateway{set: r.Members, addr: r.Addr.String(), pass: pass, stop: func() {
+			cancel()
+			<-done
+		}}, nil
+	case err := <-done:
 		cancel()
-		wg.Wait()
-		g.CloseIdleConnections()
-	}}, nil
+		return nil, fmt.Errorf("the gateway ended before it listened: %w", err)
+	}
 }
 
 // egressThrough fetches ipURL through c and returns the address it saw.

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
 
 // The gateway's objects, all named <gateway>-gateway except the credentials
@@ -136,14 +137,14 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 		args = append(args, "--allowed-source-ranges="+strings.Join(gw.Spec.AllowedSourceRanges, ","))
 	}
 	args = append(args, gatewayLimitArgs(gw)...)
-	env := []corev1.EnvVar{{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
+	env := []corev1.EnvVar{{Name: gateway.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
 	if !gatewayAuthNone(gw) {
 		ref := func(key string) *corev1.EnvVarSource {
 			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: gatewayCredentialsName(gw.Name)}, Key: key}}
 		}
-		env = append(env, corev1.EnvVar{Name: "GATEWAY_USERNAME", ValueFrom: ref(published.CredentialsKeyUsername)},
-			corev1.EnvVar{Name: "GATEWAY_PASSWORD", ValueFrom: ref(published.CredentialsKeyPassword)})
+		env = append(env, corev1.EnvVar{Name: gateway.EnvUsername, ValueFrom: ref(published.CredentialsKeyUsername)},
+			corev1.EnvVar{Name: gateway.EnvPassword, ValueFrom: ref(published.CredentialsKeyPassword)})
 	}
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),

@@ -19,9 +19,10 @@ import (
 // 503, or tinyproxy's own 500 "Unable to connect") is tried again through
 // another member the request may use, up to MaxAttempts in all; the client
 // sees only the last attempt. A member whose attempts fail EjectAfter times
-// in a row sits out EjectFor: it gets no new request or tunnel (a session on it moves, by rendezvous, to its next
-// member; the others stay), and comes back when the time is up. The pool's
-// probe still decides whether it stays a member.
+// in a row sits out EjectFor: it gets no new request or tunnel (a session
+// on it moves, by rendezvous, to its next member; the others stay), and
+// comes back when the time is up. The pool's probe still decides whether it
+// stays a member.
 
 // Defaults of failover's zero values in Config.
 const (

@@ -18,76 +18,62 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // The world's gateways' client credentials.
 const gwUser, gwPass = "crawler", "gateway-test-password"
 
 // gatewayTarget is a gateway running in the test process as the gateway
-// subcommand wires it: its proxy and its metrics, on loopback.
+// subcommand runs it: its proxy and its metrics, on loopback.
 type gatewayTarget struct {
 	name, namespace string
 	proxy, metrics  string
 	set             *gateway.Set
 }
 
-// startGateway runs a gateway in front of pools, its members followed
-// from their published lists on the test's API server. A member may carry
-// one request or tunnel at a time (so that traffic finds members at their
-// limit) and is ejected at its first failure.
+// startGateway runs a gateway in front of pools, as a ProxyGateway's pod
+// runs one (setup.RunGateway), its members followed from their published
+// lists on the test's API server. A member may carry one request or tunnel
+// at a time (so that traffic finds members at their limit) and is ejected
+// at its first failure.
 func startGateway(ctx context.Context, t *testing.T, namespace, name string, pools ...string) *gatewayTarget {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fm, err := forwardproxy.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Members: set, Username: gwUser, Password: gwPass, EjectAfter: 1, EjectFor: 2 * time.Second,
-		MaxPerMember: 1, Metrics: gm, Log: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := gateway.NewProxy(g, gateway.ProxyOptions{Metrics: fm, Log: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	environ := map[string]string{gateway.EnvUsername: gwUser, gateway.EnvPassword: gwPass, gateway.EnvNamespace: namespace}
+	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + strings.Join(pools, ","), "--drain=1s",
+		"--eject-after=1", "--eject-for=2s", "--max-per-member=1"}
 	gctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { gateway.Watch(gctx, cs, namespace, pools, set, gm, logr.Discard()) })
-	wg.Go(func() { _ = forwardproxy.ServeWith(gctx, ln, p, forwardproxy.ServeOptions{Drain: time.Second}) })
-	wg.Go(func() {
-		_ = forwardproxy.Serve(gctx, admin, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), time.Second)
-	})
-	t.Cleanup(func() {
+	ready := make(chan setup.GatewayReplica, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- setup.RunGateway(gctx, args, setup.GatewayEnv{
+			Getenv:  func(k string) string { return environ[k] },
+			Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
+			Log:     logr.Discard(),
+			Ready:   func(r setup.GatewayReplica) { ready <- r },
+		})
+	}()
+	select {
+	case r := <-ready:
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("gateway %s: %v", name, err)
+			}
+		})
+		return &gatewayTarget{name: name, namespace: namespace, proxy: r.Addr.String(), metrics: r.AdminAddr.String(), set: r.Members}
+	case err := <-done:
 		cancel()
-		wg.Wait()
-		g.CloseIdleConnections()
-	})
-	return &gatewayTarget{name: name, namespace: namespace, proxy: ln.Addr().String(), metrics: admin.Addr().String(), set: set}
+		t.Fatalf("gateway %s ended before it listened: %v", name, err)
+		return nil
+	}
 }
 
 // sendTraffic sends, until ctx is done, plain requests to target (an

@@ -21,9 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,6 +35,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/libvirtlab"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
@@ -218,13 +217,14 @@ type replica struct {
 	set  *gateway.Set
 }
 
-// startReplica builds a replica as `egress-proxies-operator gateway`
-// builds one (cmd/egress-proxies-operator/gateway.go, with the defaults of
-// its flags and of the Deployment's, --pools=lab --gateway=lab): a Set fed
-// by gateway.Watch, the administrator's bans by gateway.WatchAdminBans,
-// both as the gateway's ServiceAccount (podCfg); gateway.New with the
-// gateway's credentials; gateway.NewProxy served by forwardproxy.ServeWith.
-// Only the clock differs (clk, so that the test can end a cool-down).
+// startReplica runs a replica as a ProxyGateway's pod runs one:
+// setup.RunGateway with the Deployment's arguments for the gateway lab
+// (--pools=lab --gateway=lab, the flags' defaults for the rest), the
+// gateway's credentials in its environment, and its watches as the
+// gateway's ServiceAccount (podCfg). Only the clock (clk, so that the test
+// can end a cool-down), the listen addresses (loopback, port 0), a 1 s
+// drain and the access log (at V(1): 3000 lines would drown the test's)
+// differ.
 func startReplica(ctx context.Context, t *testing.T, wg *sync.WaitGroup, podCfg *rest.Config, ns, user, pass string, clk *shiftedClock, name string) *replica {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(podCfg)
@@ -235,44 +235,31 @@ func startReplica(ctx context.Context, t *testing.T, wg *sync.WaitGroup, podCfg 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fm, err := forwardproxy.NewMetrics(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("gateway-" + name)
-	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Members: set, Username: user, Password: pass, Strategy: gateway.RoundRobin,
-		DialTimeout: gateway.DefaultDialTimeout, MaxAttempts: gateway.DefaultMaxAttempts, EjectAfter: gateway.DefaultEjectAfter,
-		EjectFor: gateway.DefaultEjectFor, MaxPerMember: gateway.DefaultMaxPerMember, BanStatuses: []int{http.StatusTooManyRequests},
-		BanFor: gateway.DefaultBanFor, Metrics: gm, Log: log.WithName("members"), Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The access log goes to V(1): 3000 lines would drown the test's.
-	p, err := gateway.NewProxy(g, gateway.ProxyOptions{MaxConcurrent: forwardproxy.DefaultMaxConcurrent,
-		IdleTimeout: forwardproxy.DefaultIdleTimeout, Metrics: fm, Log: logr.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	environ := map[string]string{gateway.EnvUsername: user, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
+	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + labPool, "--gateway=" + labGateway,
+		"--drain=1s", "--access-log=false"}
+	ready := make(chan setup.GatewayReplica, 1)
+	done := make(chan error, 1)
 	wg.Go(func() {
-		if err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: time.Second}); err != nil {
+		err := setup.RunGateway(ctx, args, setup.GatewayEnv{
+			Getenv:  func(k string) string { return environ[k] },
+			Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs, Dynamic: dyn}, nil },
+			Log:     testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("gateway-" + name),
+			Ready:   func(r setup.GatewayReplica) { ready <- r },
+			Now:     clk.Now,
+		})
+		if err != nil {
 			t.Errorf("replica %s: %v", name, err)
 		}
-		g.CloseIdleConnections()
+		done <- err
 	})
-	wg.Go(func() { gateway.Watch(ctx, cs, ns, []string{labPool}, set, gm, log.WithName("watch")) })
-	wg.Go(func() { gateway.WatchAdminBans(ctx, dyn, ns, labGateway, g, log.WithName("bans")) })
-	return &replica{name: name, addr: ln.Addr().String(), set: set}
+	select {
+	case r := <-ready:
+		return &replica{name: name, addr: r.Addr.String(), set: r.Members}
+	case err := <-done:
+		t.Fatalf("replica %s ended before it listened: %v", name, err)
+		return nil
+	}
 }
 
 // origins are the destinations on the lab bridge's host side. Each names,

@@ -1,4 +1,4 @@
-package main
+package setup
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 
@@ -25,6 +27,32 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
+
+// gatewayWait bounds a wait on a gateway on loopback.
+const gatewayWait = 20 * time.Second
+
+// envOf is a Getenv over env.
+func envOf(env map[string]string) func(string) string {
+	return func(k string) string { return env[k] }
+}
+
+// logBuffer collects a logger's lines; funcr writes from many goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) write(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(s)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
 
 // TestRunGatewayServesThePoolsMembers: the gateway subcommand watches the
 // pool's published Secret, is ready only once it names a member, sends a
@@ -50,27 +78,26 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 
 	cs := fake.NewClientset()
 	// The default level, as the operator's binary logs.
-	logs := &proxyLogBuffer{}
+	logs := &logBuffer{}
 	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{})
-	env := proxyEnv(map[string]string{envGatewayUsername: "ugw", envGatewayPassword: "gateway-password-123456", envPodNamespace: "crawlers"})
+	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	type addrs struct{ gw, admin net.Addr }
-	ready := make(chan addrs, 1)
+	ready := make(chan GatewayReplica, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- serveGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
-			env, func() (gatewayClients, error) { return gatewayClients{core: cs}, nil }, log,
-			func(gw, admin net.Addr) { ready <- addrs{gw, admin} })
+		done <- RunGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
+			GatewayEnv{Getenv: getenv, Clients: func() (GatewayClients, error) { return GatewayClients{Core: cs}, nil }, Log: log,
+				Ready: func(r GatewayReplica) { ready <- r }})
 	}()
-	var a addrs
+	var a GatewayReplica
 	select {
 	case a = <-ready:
 	case err := <-done:
-		t.Fatalf("serveGateway returned %v before listening", err)
+		t.Fatalf("RunGateway returned %v before listening", err)
 	}
 	readyz := func() int {
-		resp, err := http.Get("http://" + a.admin.String() + "/readyz")
+		resp, err := http.Get("http://" + a.AdminAddr.String() + "/readyz")
 		if err != nil {
 			return 0
 		}
@@ -90,11 +117,11 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, proxyWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
+	poll.Until(t, gatewayWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
 
-	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.gw.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.Addr.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr, Timeout: proxyWait}).Get(origin.URL)
+	resp, err := (&http.Client{Transport: tr, Timeout: gatewayWait}).Get(origin.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +131,8 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 		t.Errorf("GET through the gateway: %s %q", resp.Status, body)
 	}
 	cancel()
-	if err := poll.Receive(t, proxyWait, "serveGateway to stop", done); err != nil {
-		t.Errorf("serveGateway after cancel: %v", err)
+	if err := poll.Receive(t, gatewayWait, "RunGateway to stop", done); err != nil {
+		t.Errorf("RunGateway after cancel: %v", err)
 	}
 	// The access log, on by default: the request's line at the default
 	// level, naming its member, and no credential anywhere in the log.
@@ -128,24 +155,25 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 // TestRunGatewayRefuses: bad flags and an open gateway are refused before
 // anything listens.
 func TestRunGatewayRefuses(t *testing.T) {
-	none := func() (gatewayClients, error) { return gatewayClients{core: fake.NewClientset()}, nil }
+	none := func() (GatewayClients, error) { return GatewayClients{Core: fake.NewClientset()}, nil }
 	for _, tc := range []struct {
 		reason string
 		args   []string
 		env    map[string]string
 	}{
-		{"no pools", nil, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
-		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{envPodNamespace: "ns"}},
-		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
-		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{envPodNamespace: "ns"}},
-		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{envPodNamespace: "ns"}},
-		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
-		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
-		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, map[string]string{envPodNamespace: "ns", envGatewayUsername: "u", envGatewayPassword: "p"}},
+		{"no pools", nil, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
+		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{gateway.EnvNamespace: "ns"}},
+		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
+		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{gateway.EnvNamespace: "ns"}},
+		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{gateway.EnvNamespace: "ns"}},
+		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
+		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
+		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
 	} {
-		err := serveGateway(context.Background(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"), proxyEnv(tc.env), none, logr.Discard(), nil)
+		err := RunGateway(context.Background(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"),
+			GatewayEnv{Getenv: envOf(tc.env), Clients: none, Log: logr.Discard()})
 		if err == nil {
-			t.Errorf("%s: serveGateway returned nil; want an error", tc.reason)
+			t.Errorf("%s: RunGateway returned nil; want an error", tc.reason)
 		} else {
 			t.Logf("%s: %v", tc.reason, err)
 		}
