@@ -172,7 +172,9 @@ func startDemoGateway(ctx context.Context, restCfg *rest.Config, ns, pool string
 	case r := <-ready:
 		return &demoGateway{set: r.Members, addr: r.Addr.String(), pass: pass, stop: func() {
 			cancel()
-			<-done
+			if err := <-done; err != nil {
+				fmt.Fprintf(os.Stderr, "the demo's gateway: %v\n", err)
+			}
 		}}, nil
 	case err := <-done:
 		cancel()
