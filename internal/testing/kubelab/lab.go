@@ -454,11 +454,35 @@ func (c *Cluster) node(ctx context.Context, images []string) error {
 	}
 	// Pods need their namespace's default ServiceAccount, which the
 	// controller-manager creates.
-	return c.wait(ctx, "the default ServiceAccount", 5*time.Minute, func() error {
+	if err := c.wait(ctx, "the default ServiceAccount", 5*time.Minute, func() error {
 		_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
+	}); err != nil {
+		return err
+	}
+	// The controller-manager also publishes the cluster's CA as the
+	// ConfigMap kube-root-ca.crt in every namespace, on its own time: a
+	// test that snapshots the cluster to find what an uninstall leaves
+	// must not take the cluster's own late objects for leftovers (a cold
+	// run saw the four system namespaces' copies appear after the
+	// snapshot). The cluster is up once they are all there.
+	return c.wait(ctx, "the root CA ConfigMap in every namespace", 5*time.Minute, func() error {
+		nss, err := c.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, ns := range nss.Items {
+			if _, err := c.Client.CoreV1().ConfigMaps(ns.Name).Get(ctx, rootCAConfigMap, metav1.GetOptions{}); err != nil {
+				return fmt.Errorf("namespace %s: %w", ns.Name, err)
+			}
+		}
+		return nil
 	})
 }
+
+// rootCAConfigMap is the ConfigMap in which the controller-manager
+// publishes the cluster's CA in every namespace.
+const rootCAConfigMap = "kube-root-ca.crt"
 
 // ImportImage imports a docker-format tarball into the node's containerd
 // (the k8s.io namespace the kubelet's CRI uses).
