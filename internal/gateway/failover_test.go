@@ -123,9 +123,15 @@ func TestFailoverHidesMemberFailures(t *testing.T) {
 	h := startGateway(t, gateway.Config{Members: set, EjectAfter: 2, EjectFor: 10 * wait, Metrics: gm})
 
 	const n, workers = 120, 6
-	// cut counts answers the killed member had begun (a 200 and then the
-	// body ended): bytes had reached the client, so no other member may
-	// take them over. At most one per worker is in flight at the kill.
+	// cut counts answers the killed member had begun (its 200 and then
+	// its body ended): the gateway had passed the answer on, so no other
+	// member may take it over. The client sees the 200 and a short body
+	// when the front had flushed the head with a first piece of body, and
+	// the connection closed with no answer at all when it had not (the
+	// head is still buffered when the body's first read fails: a CI run
+	// under a CPU hog saw one so). At most one per worker is in flight
+	// at the kill. A missed failover is never one of these: it is the
+	// gateway's own 502.
 	var failed, cut atomic.Int64
 	var mu sync.Mutex
 	var answers strings.Builder
@@ -137,7 +143,8 @@ func TestFailoverHidesMemberFailures(t *testing.T) {
 			for i := range jobs {
 				code, body, hdr, err := get(c, origin.URL, nil)
 				switch {
-				case code == http.StatusOK && errors.Is(err, io.ErrUnexpectedEOF):
+				case code == http.StatusOK && errors.Is(err, io.ErrUnexpectedEOF),
+					code == 0 && errors.Is(err, io.EOF):
 					cut.Add(1)
 				case err != nil || code != http.StatusOK:
 					failed.Add(1)
