@@ -158,28 +158,21 @@ func startDemoGateway(ctx context.Context, restCfg *rest.Config, ns, pool string
 	environ := map[string]string{gateway.EnvUsername: demoGatewayUser, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + pool, "--drain=1s"}
 	ctx, cancel := context.WithCancel(ctx)
-	ready := make(chan setup.GatewayReplica, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- setup.RunGateway(ctx, args, setup.GatewayEnv{
-			Getenv:  func(k string) string { return environ[k] },
-			Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
-			Log:     logr.Discard(),
-			Ready:   func(r setup.GatewayReplica) { ready <- r },
-		})
-	}()
-	select {
-	case r := <-ready:
-		return &demoGateway{set: r.Members, addr: r.Addr.String(), pass: pass, stop: func() {
-			cancel()
-			if err := <-done; err != nil {
-				fmt.Fprintf(os.Stderr, "the demo's gateway: %v\n", err)
-			}
-		}}, nil
-	case err := <-done:
+	r, wait, err := setup.StartGateway(ctx, args, setup.GatewayEnv{
+		Getenv:  func(k string) string { return environ[k] },
+		Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
+		Log:     logr.Discard(),
+	})
+	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("the gateway ended before it listened: %w", err)
+		return nil, err
 	}
+	return &demoGateway{set: r.Members, addr: r.Addr.String(), pass: pass, stop: func() {
+		cancel()
+		if err := wait(); err != nil {
+			fmt.Fprintf(os.Stderr, "the demo's gateway: %v\n", err)
+		}
+	}}, nil
 }
 
 // egressThrough fetches ipURL through c and returns the address it saw.

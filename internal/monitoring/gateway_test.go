@@ -50,30 +50,22 @@ func startGateway(ctx context.Context, t *testing.T, namespace, name string, poo
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + strings.Join(pools, ","), "--drain=1s",
 		"--eject-after=1", "--eject-for=2s", "--max-per-member=1"}
 	gctx, cancel := context.WithCancel(ctx)
-	ready := make(chan setup.GatewayReplica, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- setup.RunGateway(gctx, args, setup.GatewayEnv{
-			Getenv:  func(k string) string { return environ[k] },
-			Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
-			Log:     logr.Discard(),
-			Ready:   func(r setup.GatewayReplica) { ready <- r },
-		})
-	}()
-	select {
-	case r := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("gateway %s: %v", name, err)
-			}
-		})
-		return &gatewayTarget{name: name, namespace: namespace, proxy: r.Addr.String(), metrics: r.AdminAddr.String(), set: r.Members}
-	case err := <-done:
-		cancel()
-		t.Fatalf("gateway %s ended before it listened: %v", name, err)
-		return nil
+	t.Cleanup(cancel)
+	r, wait, err := setup.StartGateway(gctx, args, setup.GatewayEnv{
+		Getenv:  func(k string) string { return environ[k] },
+		Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
+		Log:     logr.Discard(),
+	})
+	if err != nil {
+		t.Fatalf("gateway %s: %v", name, err)
 	}
+	t.Cleanup(func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Errorf("gateway %s: %v", name, err)
+		}
+	})
+	return &gatewayTarget{name: name, namespace: namespace, proxy: r.Addr.String(), metrics: r.AdminAddr.String(), set: r.Members}
 }
 
 // sendTraffic sends, until ctx is done, plain requests to target (an

@@ -263,6 +263,33 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	return errors.Join(errs...)
 }
 
+// StartGateway runs RunGateway in a goroutine of its own and returns once
+// the replica listens, with wait, which returns RunGateway's result once
+// ctx is done and the replica has drained (cancel ctx to stop it). An
+// error before the replica listens (bad flags, a port taken) is returned
+// at once. env.Ready, when set, is still called.
+func StartGateway(ctx context.Context, args []string, env GatewayEnv) (r GatewayReplica, wait func() error, err error) {
+	ready := make(chan GatewayReplica, 1)
+	done := make(chan error, 1)
+	then := env.Ready
+	env.Ready = func(r GatewayReplica) {
+		if then != nil {
+			then(r)
+		}
+		ready <- r
+	}
+	go func() { done <- RunGateway(ctx, args, env) }()
+	select {
+	case r := <-ready:
+		return r, sync.OnceValue(func() error { return <-done }), nil
+	case err := <-done:
+		if err == nil {
+			err = errors.New("gateway: stopped before it listened")
+		}
+		return GatewayReplica{}, nil, err
+	}
+}
+
 // AdminHandler serves /healthz and /metrics (reg's) for a proxy or
 // gateway pod's admin server.
 func AdminHandler(reg *prometheus.Registry) *http.ServeMux {

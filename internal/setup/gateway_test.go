@@ -83,18 +83,15 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ready := make(chan GatewayReplica, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- RunGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
-			GatewayEnv{Getenv: getenv, Clients: func() (GatewayClients, error) { return GatewayClients{Core: cs}, nil }, Log: log,
-				Ready: func(r GatewayReplica) { ready <- r }})
-	}()
-	var a GatewayReplica
-	select {
-	case a = <-ready:
-	case err := <-done:
-		t.Fatalf("RunGateway returned %v before listening", err)
+	readyCalled := make(chan GatewayReplica, 1)
+	a, wait, err := StartGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s"},
+		GatewayEnv{Getenv: getenv, Clients: func() (GatewayClients, error) { return GatewayClients{Core: cs}, nil }, Log: log,
+			Ready: func(r GatewayReplica) { readyCalled <- r }})
+	if err != nil {
+		t.Fatalf("StartGateway: %v", err)
+	}
+	if got := <-readyCalled; got.Addr != a.Addr || got.Members != a.Members {
+		t.Errorf("env.Ready got %v; StartGateway returned %v", got, a)
 	}
 	readyz := func() int {
 		resp, err := http.Get("http://" + a.AdminAddr.String() + "/readyz")
@@ -131,8 +128,10 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 		t.Errorf("GET through the gateway: %s %q", resp.Status, body)
 	}
 	cancel()
-	if err := poll.Receive(t, gatewayWait, "RunGateway to stop", done); err != nil {
-		t.Errorf("RunGateway after cancel: %v", err)
+	stopped := make(chan error, 1)
+	go func() { stopped <- wait() }()
+	if err := poll.Receive(t, gatewayWait, "the gateway to stop", stopped); err != nil {
+		t.Errorf("the gateway after cancel: %v", err)
 	}
 	// The access log, on by default: the request's line at the default
 	// level, naming its member, and no credential anywhere in the log.
@@ -177,5 +176,19 @@ func TestRunGatewayRefuses(t *testing.T) {
 		} else {
 			t.Logf("%s: %v", tc.reason, err)
 		}
+	}
+}
+
+// TestStartGatewayRefusesBeforeListening: a replica that cannot start (here
+// no --pools) is StartGateway's own error, with no wait to call: a caller
+// must not block on a replica that never ran.
+func TestStartGatewayRefusesBeforeListening(t *testing.T) {
+	_, wait, err := StartGateway(t.Context(), []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, GatewayEnv{
+		Getenv:  envOf(map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}),
+		Clients: func() (GatewayClients, error) { return GatewayClients{Core: fake.NewClientset()}, nil },
+		Log:     logr.Discard(),
+	})
+	if err == nil || !strings.Contains(err.Error(), "--pools") || wait != nil {
+		t.Errorf("StartGateway without --pools: err %v, wait set %t; want the --pools error and no wait", err, wait != nil)
 	}
 }

@@ -238,28 +238,22 @@ func startReplica(ctx context.Context, t *testing.T, wg *sync.WaitGroup, podCfg 
 	environ := map[string]string{gateway.EnvUsername: user, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + labPool, "--gateway=" + labGateway,
 		"--drain=1s", "--access-log=false"}
-	ready := make(chan setup.GatewayReplica, 1)
-	done := make(chan error, 1)
+	r, wait, err := setup.StartGateway(ctx, args, setup.GatewayEnv{
+		Getenv:  func(k string) string { return environ[k] },
+		Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs, Dynamic: dyn}, nil },
+		Log:     testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("gateway-" + name),
+		Now:     clk.Now,
+	})
+	if err != nil {
+		t.Fatalf("replica %s: %v", name, err)
+	}
+	// The phase's wg.Wait, after its cancel, waits for the drain.
 	wg.Go(func() {
-		err := setup.RunGateway(ctx, args, setup.GatewayEnv{
-			Getenv:  func(k string) string { return environ[k] },
-			Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs, Dynamic: dyn}, nil },
-			Log:     testr.NewWithOptions(t, testr.Options{Verbosity: 0}).WithName("gateway-" + name),
-			Ready:   func(r setup.GatewayReplica) { ready <- r },
-			Now:     clk.Now,
-		})
-		if err != nil {
+		if err := wait(); err != nil {
 			t.Errorf("replica %s: %v", name, err)
 		}
-		done <- err
 	})
-	select {
-	case r := <-ready:
-		return &replica{name: name, addr: r.Addr.String(), set: r.Members}
-	case err := <-done:
-		t.Fatalf("replica %s ended before it listened: %v", name, err)
-		return nil
-	}
+	return &replica{name: name, addr: r.Addr.String(), set: r.Members}
 }
 
 // origins are the destinations on the lab bridge's host side. Each names,
