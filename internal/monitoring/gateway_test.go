@@ -50,13 +50,13 @@ func startGateway(ctx context.Context, t *testing.T, namespace, name string, poo
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + strings.Join(pools, ","), "--drain=1s",
 		"--eject-after=1", "--eject-for=2s", "--max-per-member=1"}
 	gctx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel)
 	r, wait, err := setup.StartGateway(gctx, args, setup.GatewayEnv{
 		Getenv:  func(k string) string { return environ[k] },
 		Clients: func() (setup.GatewayClients, error) { return setup.GatewayClients{Core: cs}, nil },
 		Log:     logr.Discard(),
 	})
 	if err != nil {
+		cancel()
 		t.Fatalf("gateway %s: %v", name, err)
 	}
 	t.Cleanup(func() {

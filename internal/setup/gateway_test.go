@@ -152,43 +152,31 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 }
 
 // TestRunGatewayRefuses: bad flags and an open gateway are refused before
-// anything listens.
+// anything listens, each with an error that names what is wrong, returned
+// by StartGateway itself with no wait to call: a caller must not block on
+// a replica that never ran.
 func TestRunGatewayRefuses(t *testing.T) {
 	none := func() (GatewayClients, error) { return GatewayClients{Core: fake.NewClientset()}, nil }
+	creds := map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}
 	for _, tc := range []struct {
 		reason string
 		args   []string
 		env    map[string]string
+		want   string // in the error
 	}{
-		{"no pools", nil, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
-		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{gateway.EnvNamespace: "ns"}},
-		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
-		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{gateway.EnvNamespace: "ns"}},
-		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{gateway.EnvNamespace: "ns"}},
-		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
-		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
-		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}},
+		{"no pools", nil, creds, "--pools"},
+		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{gateway.EnvNamespace: "ns"}, "open gateway"},
+		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, creds, "fastest"},
+		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{gateway.EnvNamespace: "ns"}, "--allowed-source-ranges"},
+		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{gateway.EnvNamespace: "ns"}, "open gateway"},
+		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, creds, "too-many"},
+		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, creds, "502"},
+		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, creds, "no status code"},
 	} {
-		err := RunGateway(context.Background(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"),
+		_, wait, err := StartGateway(t.Context(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"),
 			GatewayEnv{Getenv: envOf(tc.env), Clients: none, Log: logr.Discard()})
-		if err == nil {
-			t.Errorf("%s: RunGateway returned nil; want an error", tc.reason)
-		} else {
-			t.Logf("%s: %v", tc.reason, err)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || wait != nil {
+			t.Errorf("%s: err %v, wait set %t; want an error naming %q and no wait", tc.reason, err, wait != nil, tc.want)
 		}
-	}
-}
-
-// TestStartGatewayRefusesBeforeListening: a replica that cannot start (here
-// no --pools) is StartGateway's own error, with no wait to call: a caller
-// must not block on a replica that never ran.
-func TestStartGatewayRefusesBeforeListening(t *testing.T) {
-	_, wait, err := StartGateway(t.Context(), []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, GatewayEnv{
-		Getenv:  envOf(map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}),
-		Clients: func() (GatewayClients, error) { return GatewayClients{Core: fake.NewClientset()}, nil },
-		Log:     logr.Discard(),
-	})
-	if err == nil || !strings.Contains(err.Error(), "--pools") || wait != nil {
-		t.Errorf("StartGateway without --pools: err %v, wait set %t; want the --pools error and no wait", err, wait != nil)
 	}
 }
