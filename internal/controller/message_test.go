@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/client-go/tools/events"
 )
 
 func TestTruncateMessage(t *testing.T) {
@@ -65,4 +68,45 @@ func FuzzTruncateMessage(f *testing.F) {
 			t.Fatalf("a message that fits was changed")
 		}
 	})
+}
+
+// TestFittingRecorderCutsLongNotes: an event's note over the API server's
+// limit (an OwnershipKeyMismatch event naming every unverified instance)
+// was refused and the event lost; the recorder cuts it instead, after
+// formatting, and keeps its start.
+func TestFittingRecorderCutsLongNotes(t *testing.T) {
+	many := strings.Repeat("pve1/104/egress-a (egress-a), ", 60)
+	tests := []struct {
+		name, reason string
+		note         string
+		args         []any
+		// want is the recorded note when it fits; wantPrefix when it is cut.
+		want, wantPrefix string
+	}{
+		{name: "fits", reason: "a short note passes as it is, its arguments formatted",
+			note: "Deleted instance %s", args: []any{"pve1/104"}, want: "Deleted instance pve1/104"},
+		{name: "percent in an argument", reason: "an argument is data: a %d in an error must not be formatted again",
+			note: "provider error: %s", args: []any{"500 %d%s"}, want: "provider error: 500 %d%s"},
+		{name: "many instances", reason: "the note counts after formatting, and over the limit is cut, not refused",
+			note: "60 instances carry this installation's mark. They are: %s", args: []any{many}, wantPrefix: "60 instances carry this installation's mark. They are: pve1/104"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fake := &events.FakeRecorder{Events: make(chan string, 1)}
+			fittingRecorder{fake}.Eventf(nil, nil, "Warning", "Reason", "Action", tc.note, tc.args...)
+			got := strings.TrimPrefix(<-fake.Events, "Warning Reason ")
+			if len(got) > maxEventNote {
+				t.Errorf("note of %d bytes, the API server refuses over %d: %s", len(got), maxEventNote, tc.reason)
+			}
+			if tc.want != "" {
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("note (-want +got):\n%s\n%s", diff, tc.reason)
+				}
+				return
+			}
+			if !strings.HasPrefix(got, tc.wantPrefix) || !strings.HasSuffix(got, truncationMarker) {
+				t.Errorf("cut note %.80q... does not keep its start and end with the marker: %s", got, tc.reason)
+			}
+		})
+	}
 }

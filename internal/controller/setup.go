@@ -98,7 +98,7 @@ func CacheOptions() cache.Options {
 // collection, the health reporter and (with a Registerer) the proxies
 // collector to mgr.
 func SetupWithManager(mgr ctrl.Manager, o Options) error {
-	recorder := mgr.GetEventRecorder(EventSource)
+	recorder := fittingRecorder{mgr.GetEventRecorder(EventSource)}
 	refusals := &refusalLog{}
 	gate := &ownershipGate{recorder: recorder, metrics: o.Metrics}
 	r := &ProxyReconciler{refusals: refusals, ownership: gate,
