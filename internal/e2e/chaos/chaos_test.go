@@ -79,8 +79,14 @@ type run struct {
 	// key was lost (all must be 0).
 	keyLossMutations int
 	secretsFound     int
-	vanishedInCreate map[string]bool
-	sweepBound       map[string]bool
+	// sweepOnly are the instance names whose VM this run removed behind
+	// the operator's back when no other path led to their seed
+	// (leftForSweep); sweepBound the seeds of them found after a delete.
+	sweepOnly  map[string]bool
+	sweepBound map[string]bool
+	// vanishedAt is the step at which this run removed an instance's VM
+	// behind the operator's back, by instance name, for the leak messages.
+	vanishedAt map[string]int
 	copies           int
 	polls            int
 	violations       []string
@@ -119,7 +125,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &run{t: t, plan: p, rng: rand.New(rand.NewPCG(uint64(p.Seed), 0x63686173)),
-		proxies: map[string]*tracked{}, seen: map[string]bool{}, faults: map[string]int{}, vanishedInCreate: map[string]bool{}, sweepBound: map[string]bool{}, violationSeen: map[string]bool{}, nextVMID: 5000}
+		proxies: map[string]*tracked{}, seen: map[string]bool{}, faults: map[string]int{}, sweepOnly: map[string]bool{}, vanishedAt: map[string]int{}, sweepBound: map[string]bool{}, violationSeen: map[string]bool{}, nextVMID: 5000}
 	r.world = newWorld(t, p, ns.Name)
 	r.foreign = r.placeOtherInstallation(context.Background(), 3)
 	// The other installation's calls used the same token: the check starts
@@ -259,21 +265,29 @@ func (r *run) replace() {
 	conf, _ := r.lab.Sim.VMConfig(vmid)
 	if r.lab.Sim.Vanish(vmid) {
 		r.provoked++
-		if name := conf["name"]; name != "" && !r.recorded(name) {
-			r.vanishedInCreate[name] = true
+		if name := conf["name"]; name != "" {
+			r.vanishedAt[name] = r.step
+			if r.onlySweepLeadsTo(name) {
+				r.sweepOnly[name] = true
+			}
 		}
 	}
 }
 
-// recorded reports whether an instance name has shown in a Proxy's status
-// (Create returned it), as opposed to an instance still being created.
-func (r *run) recorded(instance string) bool {
+// onlySweepLeadsTo reports whether, with the VM of an instance removed,
+// only garbage collection's sweep can still find the instance's seed:
+// - the instance has not shown in a Proxy's status (Create has not
+//   returned it), so a Delete of its Proxy has no name to look for;
+// - or its Proxy is gone already and the VM was left to garbage
+//   collection (the Proxy went while the ownership key was lost, or while
+//   its provider hung), whose listing was the one path to the seed.
+func (r *run) onlySweepLeadsTo(instance string) bool {
 	for _, p := range r.proxies {
 		if p.instances[instance] {
-			return true
+			return p.gone
 		}
 	}
-	return false
+	return true
 }
 
 // remove deletes a random live Proxy, whatever its phase (deletion during
@@ -618,7 +632,7 @@ func (r *run) findLeaks(gone []*tracked, when string) {
 						if r.leftForSweep(vol) {
 							continue
 						}
-						if r.violation("leak|seed|"+c.name+"|"+node+"|"+vol, "leak%s: seed %s on %s/%s of deleted Proxy %s", when, vol, c.name, node, p.name) {
+						if r.violation("leak|seed|"+c.name+"|"+node+"|"+vol, "leak%s: seed %s on %s/%s of deleted Proxy %s%s", when, vol, c.name, node, p.name, r.vanishedNote(vol)) {
 							r.leaks++
 						}
 					}
@@ -629,20 +643,32 @@ func (r *run) findLeaks(gone []*tracked, when string) {
 }
 
 // leftForSweep reports (and counts once) a seed whose VM this run removed
-// behind the operator's back while its create was in progress: when the
-// Proxy is then deleted, no VM and no recorded instance lead to the seed,
+// behind the operator's back when nothing but the sweep led to the seed
+// any more (onlySweepLeadsTo): no VM and no recorded instance lead to it,
 // and only garbage collection's sweep removes it, once it is older than the
 // sweep's grace period (15 minutes, docs/proxmox.md), longer than a run.
 // Known and bounded; see docs/security.md, chaos section.
 func (r *run) leftForSweep(volid string) bool {
 	file := volid[strings.LastIndex(volid, "/")+1:]
-	for name := range r.vanishedInCreate {
+	for name := range r.sweepOnly {
 		if strings.HasPrefix(file, name+"-") {
 			r.sweepBound[volid] = true
 			return true
 		}
 	}
 	return false
+}
+
+// vanishedNote says, for a leak message, at which step this run removed the
+// VM of a seed's instance behind the operator's back, if it did.
+func (r *run) vanishedNote(volid string) string {
+	file := volid[strings.LastIndex(volid, "/")+1:]
+	for name, step := range r.vanishedAt {
+		if strings.HasPrefix(file, name+"-") {
+			return fmt.Sprintf(" (its VM %s was removed behind the operator's back at step %d)", name, step)
+		}
+	}
+	return ""
 }
 
 // seedOwner reports whether a seed volume belongs to a Proxy: it is named
@@ -771,7 +797,7 @@ func (r *run) report() {
   secrets watched: %d; captured: %s
   episodes: %d ownership key losses (mutations on the lab while lost: %d), %d hangs of %s (%d Proxies orphaned during them and collected; evidence within %s, bound %s, pace %s)
   duplicates: %d (most VMs of one Proxy at once: %d), leaks: %d, foreign touches: %d, secrets in output: %d
-  seeds left for the sweep (their VM removed behind the operator's back during the create, then the Proxy deleted): %d`,
+  seeds left for the sweep (their VM removed behind the operator's back during the create, or after its Proxy went and left it to garbage collection): %d`,
 		r.plan.Seed, r.plan.Seed, wall.Round(time.Second), (time.Duration(float64(wall) * r.plan.Speed)).Round(time.Minute), r.plan.Speed, r.polls, r.step,
 		r.created, r.deleted, replacements, r.provoked, r.restarts, total, strings.Join(faults, ", "),
 		classes, mutations, r.watch.Secrets(), strings.Join(captured, ", "),
