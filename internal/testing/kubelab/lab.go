@@ -230,7 +230,7 @@ func (c *Cluster) mountNamespace(ctx context.Context) error {
 		return err
 	}
 	pid := holder.cmd.Process.Pid
-	if err := poll.Wait(ctx, time.Minute, func() (bool, string) {
+	if err := poll.WaitPaced(ctx, time.Minute, func() (bool, string) {
 		if err := holder.exited(); err != nil {
 			return true, ""
 		}
@@ -325,12 +325,15 @@ func (c *Cluster) exitedDaemon() error {
 	return nil
 }
 
-// wait polls cond at the tests' pace until it holds, a daemon exits, or
-// timeout passes. Timeouts are generous: a loaded two-core machine is slow.
-func (c *Cluster) wait(ctx context.Context, what string, timeout time.Duration, cond func() error) error {
+// wait polls cond until it holds, a daemon exits, or quiet times the
+// machine's measured slowdown passes (poll.WaitPaced). quiet is generous
+// for a quiet machine, so the bound is never shorter than it, and a loaded
+// one gets proportionally more: a cold run beside other builds saw the API
+// server take 3 of its 5 quiet minutes.
+func (c *Cluster) wait(ctx context.Context, what string, quiet time.Duration, cond func() error) error {
 	began := time.Now()
 	var dead error
-	err := poll.Wait(ctx, timeout, func() (bool, string) {
+	err := poll.WaitPaced(ctx, quiet, func() (bool, string) {
 		if dead = c.exitedDaemon(); dead != nil {
 			return true, ""
 		}
