@@ -248,6 +248,11 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		start := time.Now()
 		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
 		f := classify(resp, err)
+		if f == nil && !g.isBanStatus(resp.StatusCode) {
+			if f = primeBody(req, resp); f != nil {
+				resp, err = nil, f.err
+			}
+		}
 		h := g.metrics.handlesOf(m)
 		if f == nil && h != nil {
 			h.latencyHTTP.Observe(time.Since(start).Seconds())
@@ -281,6 +286,59 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			return g.giveUp(req.Context(), last)
 		}
 	}
+}
+
+// primeBody reads the first byte of an answer's body before its head is
+// passed on, and keeps it for the client (primedBody). A member that dies
+// after its head and before any byte of body (stopped, killed, its VM
+// gone) would otherwise cut an answer the gateway had committed to: with
+// the byte read first, nothing has reached the client yet, so the attempt
+// fails like a member that did not answer (cause "body-cut"), and failover
+// may take it to another member. An answer without a body (HEAD, 204, 304,
+// a Content-Length of 0) needs no read. The cost is that a head waits for
+// the first byte of its body, which a member sends with it for all but
+// slowly streamed answers.
+func primeBody(req *http.Request, resp *http.Response) *attemptError {
+	if req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
+		resp.ContentLength == 0 || resp.Body == nil || resp.Body == http.NoBody {
+		return nil
+	}
+	pb := &primedBody{ReadCloser: resp.Body}
+	var err error
+	for pb.n == 0 && err == nil {
+		// One read takes what arrived with the head, without waiting for
+		// more: a streamed answer's first bytes are not held back.
+		pb.n, err = resp.Body.Read(pb.buf[:])
+	}
+	if pb.n == 0 && !errors.Is(err, io.EOF) {
+		_ = resp.Body.Close()
+		return &attemptError{cause: "body-cut", member: true, sent: true, err: fmt.Errorf("the answer's body ended before its first byte: %w", err)}
+	}
+	pb.err = err
+	resp.Body = pb
+	return nil
+}
+
+// primedBody is an answer's body whose first bytes primeBody read: it
+// gives them first, then the rest.
+type primedBody struct {
+	io.ReadCloser
+	buf [512]byte
+	off int
+	n   int
+	err error // what the priming read ended with (io.EOF for a short body read whole)
+}
+
+func (b *primedBody) Read(p []byte) (int, error) {
+	if b.off < b.n {
+		n := copy(p, b.buf[b.off:b.n])
+		b.off += n
+		return n, nil
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.ReadCloser.Read(p)
 }
 
 // failedAttempt is a plain request's failed attempt, kept until the next

@@ -123,15 +123,16 @@ func TestFailoverHidesMemberFailures(t *testing.T) {
 	h := startGateway(t, gateway.Config{Members: set, EjectAfter: 2, EjectFor: 10 * wait, Metrics: gm})
 
 	const n, workers = 120, 6
-	// cut counts answers the killed member had begun (its 200 and then
-	// its body ended): the gateway had passed the answer on, so no other
-	// member may take it over. The client sees the 200 and a short body
-	// when the front had flushed the head with a first piece of body, and
-	// the connection closed with no answer at all when it had not (the
-	// head is still buffered when the body's first read fails: a CI run
-	// under a CPU hog saw one so). At most one per worker is in flight
-	// at the kill. A missed failover is never one of these: it is the
-	// gateway's own 502.
+	// cut counts answers the killed member had begun (its 200 and the
+	// first bytes of its body, and then its body ended): the gateway had
+	// passed the answer on, so no other member may take it over. A member
+	// that dies between its head and its first byte of body is a failed
+	// attempt and goes to another member (primeBody;
+	// TestMemberDyingBeforeTheBodyIsAFailedAttempt). The client of a cut
+	// answer sees the 200 and a short body when the front had flushed the
+	// head, and the connection closed with no answer when it had not. At
+	// most one per worker is in flight at the kill. A missed failover is
+	// never one of these: it is the gateway's own 502.
 	var failed, cut atomic.Int64
 	var mu sync.Mutex
 	var answers strings.Builder
@@ -471,5 +472,84 @@ func TestEjectionMovesOnlyItsSessions(t *testing.T) {
 	}
 	if own == 0 {
 		t.Fatalf("no session was on %s; the test shows nothing", ms[1].egress)
+	}
+}
+
+// startHeadThenDieMember starts a member that answers each request with a
+// 200 head promising a body and then drops the connection before any byte
+// of it, as a member stopped or killed between the two does.
+func startHeadThenDieMember(t *testing.T, name string) *failingMember {
+	t.Helper()
+	return startAnsweringMember(t, name, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusOK)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		panic(http.ErrAbortHandler) // the connection is closed, the body never sent
+	})
+}
+
+// TestMemberDyingBeforeTheBodyIsAFailedAttempt: a member that sent its
+// answer's head and died before the first byte of body has given the
+// client nothing yet (the gateway reads that byte before passing the head
+// on), so the attempt fails like a member that did not answer: an
+// idempotent request goes to another member and the client never sees it;
+// one that may not be sent again gets the gateway's 502 with Proxy-Status,
+// not a connection closed without an answer.
+func TestMemberDyingBeforeTheBodyIsAFailedAttempt(t *testing.T) {
+	origin := ipEcho(t)
+	for _, tc := range []struct {
+		reason   string
+		method   string
+		body     string
+		good     bool
+		wantCode int
+		wantBody bool // the good member's whole answer
+	}{
+		{reason: "a GET goes on to the next member, whose whole answer the client gets", method: http.MethodGet, good: true, wantCode: 200, wantBody: true},
+		{reason: "a POST with a body may have reached the destination: the gateway's 502, not a cut connection", method: http.MethodPost, body: "order-1", good: true, wantCode: 502},
+		{reason: "a GET that no other member can take: the gateway's 502", method: http.MethodGet, wantCode: 502},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			dying := startHeadThenDieMember(t, "crawl-dying")
+			es := []gateway.Entry{dying.entry()}
+			if tc.good {
+				es = append(es, startMember(t, 0).entry())
+			}
+			set := gateway.NewSet()
+			set.Update("crawl", es)
+			reg, gm := newMetrics(t)
+			h := startGateway(t, gateway.Config{Members: set, Metrics: gm})
+			// Round-robin starts at the first member: the dying one.
+			req, err := http.NewRequest(tc.method, origin.URL, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.body == "" {
+				req.Body = nil
+			}
+			resp, err := h.client(t, gwUser).Do(req)
+			if err != nil {
+				t.Fatalf("%v: %s", err, tc.reason)
+			}
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if err != nil {
+				t.Errorf("reading the answer: %v: %s", err, tc.reason)
+			}
+			if resp.StatusCode != tc.wantCode {
+				t.Errorf("status %d, want %d: %s", resp.StatusCode, tc.wantCode, tc.reason)
+			}
+			if tc.wantBody && !strings.HasPrefix(string(body), "127.") {
+				t.Errorf("body %q, want the good member's egress address: %s", body, tc.reason)
+			}
+			if tc.wantCode == 502 && !strings.Contains(resp.Header.Get("Proxy-Status"), "error=") {
+				t.Errorf("a 502 without the gateway's Proxy-Status error (%q): %s", resp.Header.Get("Proxy-Status"), tc.reason)
+			}
+			if got := metric(t, reg, "egress_proxies_gateway_member_failures_total", map[string]string{"member": dying.name, "cause": "body-cut"}); got != 1 {
+				t.Errorf("failures with cause body-cut on the dying member: %v, want 1: %s", got, tc.reason)
+			}
+		})
 	}
 }

@@ -140,7 +140,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"pool", "member", "method"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "egress_proxies", Name: "gateway_member_failures_total",
-			Help: "Attempts through a member that failed before the client got an answer, by pool, member and cause (refused, timeout, error, status-<code>).",
+			Help: "Attempts through a member that failed before the client got an answer, by pool, member and cause (refused, timeout, error, status-<code>, body-cut: the member died between its head and its body).",
 		}, []string{"pool", "member", "cause"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "egress_proxies", Name: "gateway_retries_total",
