@@ -86,13 +86,13 @@ type run struct {
 	sweepBound map[string]bool
 	// vanishedAt is the step at which this run removed an instance's VM
 	// behind the operator's back, by instance name, for the leak messages.
-	vanishedAt map[string]int
-	copies           int
-	polls            int
-	violations       []string
-	violationSeen    map[string]bool
-	maxVMsOfOne      int
-	wallStarted      time.Time
+	vanishedAt    map[string]int
+	copies        int
+	polls         int
+	violations    []string
+	violationSeen map[string]bool
+	maxVMsOfOne   int
+	wallStarted   time.Time
 
 	// The planned episodes (episodes_test.go): the one running, and how
 	// many of each kind ran to their end.
@@ -276,11 +276,11 @@ func (r *run) replace() {
 
 // onlySweepLeadsTo reports whether, with the VM of an instance removed,
 // only garbage collection's sweep can still find the instance's seed:
-// - the instance has not shown in a Proxy's status (Create has not
-//   returned it), so a Delete of its Proxy has no name to look for;
-// - or its Proxy is gone already and the VM was left to garbage
-//   collection (the Proxy went while the ownership key was lost, or while
-//   its provider hung), whose listing was the one path to the seed.
+//   - the instance has not shown in a Proxy's status (Create has not
+//     returned it), so a Delete of its Proxy has no name to look for;
+//   - or its Proxy is gone already and the VM was left to garbage
+//     collection (the Proxy went while the ownership key was lost, or while
+//     its provider hung), whose listing was the one path to the seed.
 func (r *run) onlySweepLeadsTo(instance string) bool {
 	for _, p := range r.proxies {
 		if p.instances[instance] {
