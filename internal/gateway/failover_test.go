@@ -56,7 +56,9 @@ func (f *failingMember) entry() gateway.Entry {
 }
 
 // metric returns the value of the counter or gauge name with labels on
-// reg (their sum over the other labels), 0 when it is not there.
+// reg (their sum over the other labels), 0 when no such series is there
+// yet. A name reg does not define fails the test (seriesWith), so that a
+// misspelt name cannot pass a check for 0.
 func metric(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	t.Helper()
 	var sum float64
@@ -80,10 +82,12 @@ func seriesWith(t *testing.T, reg *prometheus.Registry, name string, labels map[
 		t.Fatal(err)
 	}
 	var out []seriesValue
+	found := false
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
 		}
+		found = true
 	next:
 		for _, m := range mf.GetMetric() {
 			got := map[string]string{}
@@ -96,6 +100,15 @@ func seriesWith(t *testing.T, reg *prometheus.Registry, name string, labels map[
 				}
 			}
 			out = append(out, seriesValue{m.GetCounter().GetValue(), m.GetGauge().GetValue(), m.GetHistogram().GetSampleCount()})
+		}
+	}
+	if !found {
+		// A vector with no series is not gathered: tell it from a name
+		// that nothing defines, which reg lets a new collector take.
+		probe := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "probe"})
+		if reg.Register(probe) == nil {
+			reg.Unregister(probe)
+			t.Fatalf("no metric named %s is defined", name)
 		}
 	}
 	return out
