@@ -12,13 +12,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -28,23 +28,6 @@ const proxyPassword = "Pr0xy-sentinel-9b1d"
 
 // proxyWait bounds every wait in these tests.
 const proxyWait = 20 * time.Second
-
-type proxyLogBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *proxyLogBuffer) write(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.WriteString(s)
-}
-
-func (l *proxyLogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // proxyEnv returns a getenv that reads env.
 func proxyEnv(env map[string]string) func(string) string {
@@ -75,8 +58,8 @@ func TestRunProxyServes(t *testing.T) {
 	// Files as `kubectl create secret --from-file` or echo leave them:
 	// with a trailing newline.
 	dir := proxyCredentialsDir(t, []byte("crawler\n"), []byte(proxyPassword+"\n"))
-	logs := &proxyLogBuffer{}
-	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 2})
+	logs := &logbuf.Buffer{}
+	log := logs.Logger(2)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("logs:\n%s", logs)
@@ -496,9 +479,9 @@ func TestRunProxyAccessLog(t *testing.T) {
 		{name: "off", reason: "--access-log=false: no request line at the default level", args: []string{"--access-log=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			logs := &proxyLogBuffer{}
+			logs := &logbuf.Buffer{}
 			// The default level, as the operator's binary logs.
-			log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{})
+			log := logs.Logger(0)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			ready := make(chan net.Addr, 1)

@@ -8,31 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
-
-// syncBuffer is a bytes.Buffer safe for the run goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestExampleConfig: the shipped example is a valid 3-node cluster.
 func TestExampleConfig(t *testing.T) {
@@ -51,7 +33,7 @@ func TestRunWritesFilesAndStops(t *testing.T) {
 	dir := t.TempDir()
 	ca, tok := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "token")
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--config", "example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--ca-out", ca, "--token-out", tok}, out)
@@ -83,7 +65,7 @@ func TestRunWritesAddresses(t *testing.T) {
 	addrFile := filepath.Join(t.TempDir(), "addr.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--config", "example.yaml", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
@@ -133,7 +115,7 @@ func TestRunWritesAddresses(t *testing.T) {
 // TestRunRefusesNonLoopback: the listen address must be loopback.
 func TestRunRefusesNonLoopback(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:8006", ":8006"} {
-		err := run(context.Background(), []string{"--config", "example.yaml", "--listen", addr}, &syncBuffer{})
+		err := run(context.Background(), []string{"--config", "example.yaml", "--listen", addr}, &logbuf.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("--listen %s: %v", addr, err)
 		}

@@ -1,17 +1,13 @@
 package controller_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -34,6 +30,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
@@ -75,34 +72,13 @@ providers:
 	return cfg
 }
 
-// logBuffer collects every log line of an operator run, at verbosity 2, so
-// that tests can look for secrets in it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.buf.WriteString(prefix + " " + args + "\n")
-	}, funcr.Options{Verbosity: 2})
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // operator is one running manager with the controllers under test.
 type operator struct {
 	fake    *fakeprovider.Provider
 	prober  *fakeprobe.Prober
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
-	logs    *logBuffer
+	logs    *logbuf.Buffer
 	spans   *tracetest.SpanRecorder
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -139,8 +115,8 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 	if oo.cfg == nil {
 		oo.cfg = testConfig(t)
 	}
-	o := &operator{fake: oo.fake, reg: prometheus.NewRegistry(), logs: &logBuffer{}, spans: tracetest.NewSpanRecorder()}
-	log := o.logs.logger()
+	o := &operator{fake: oo.fake, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, spans: tracetest.NewSpanRecorder()}
+	log := o.logs.Logger(2)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	if oo.namespace == "" {

@@ -11,15 +11,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -32,31 +31,13 @@ const (
 	wait = 20 * time.Second
 )
 
-// syncBuffer collects log lines from concurrent handlers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) write(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // harness is a Proxy served by Serve on 127.0.0.1, with its own metrics
 // registry and a V(2) log buffer that is printed when the test fails.
 type harness struct {
 	addr     string // host:port of the proxy
 	reg      *prometheus.Registry
 	metrics  *forwardproxy.Metrics
-	logs     *syncBuffer
+	logs     *logbuf.Buffer
 	cancel   context.CancelFunc
 	served   chan error
 	stopOnce sync.Once
@@ -71,13 +52,13 @@ func start(t *testing.T, cfg forwardproxy.Config, drain time.Duration) *harness 
 // startWith is start with the server's limits.
 func startWith(t *testing.T, cfg forwardproxy.Config, opts forwardproxy.ServeOptions) *harness {
 	t.Helper()
-	h := &harness{reg: prometheus.NewRegistry(), logs: &syncBuffer{}, served: make(chan error, 1)}
+	h := &harness{reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, served: make(chan error, 1)}
 	var err error
 	if h.metrics, err = forwardproxy.NewMetrics(h.reg); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Metrics = h.metrics
-	cfg.Log = funcr.New(func(prefix, args string) { h.logs.write(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 2})
+	cfg.Log = h.logs.Logger(2)
 	p, err := forwardproxy.New(cfg)
 	if err != nil {
 		t.Fatal(err)

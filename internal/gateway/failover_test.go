@@ -257,14 +257,7 @@ func TestFailoverBounds(t *testing.T) {
 			set.Update("crawl", es)
 			h := startGateway(t, gateway.Config{Members: set, MaxAttempts: tc.maxAttempts})
 			// Round-robin starts at the first member: a failing one.
-			req, err := http.NewRequest(tc.method, origin, strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.body == "" {
-				req.Body = nil
-			}
-			resp, err := h.client(t, gwUser).Do(req)
+			resp, err := h.client(t, gwUser).Do(newRequest(t, tc.method, origin, tc.body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -488,6 +481,20 @@ func TestEjectionMovesOnlyItsSessions(t *testing.T) {
 	}
 }
 
+// newRequest is a request of method to target, with body when it is not
+// empty and with no body at all (not an empty one) when it is.
+func newRequest(t *testing.T, method, target, body string) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, target, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body == "" {
+		req.Body = nil
+	}
+	return req
+}
+
 // startHeadThenDieMember starts a member that answers each request with a
 // 200 head promising a body and then drops the connection before any byte
 // of it, as a member stopped or killed between the two does.
@@ -535,14 +542,7 @@ func TestMemberDyingBeforeTheBodyIsAFailedAttempt(t *testing.T) {
 			reg, gm := newMetrics(t)
 			h := startGateway(t, gateway.Config{Members: set, Metrics: gm})
 			// Round-robin starts at the first member: the dying one.
-			req, err := http.NewRequest(tc.method, origin.URL, strings.NewReader(tc.body))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tc.body == "" {
-				req.Body = nil
-			}
-			resp, err := h.client(t, gwUser).Do(req)
+			resp, err := h.client(t, gwUser).Do(newRequest(t, tc.method, origin.URL, tc.body))
 			if err != nil {
 				t.Fatalf("%v: %s", err, tc.reason)
 			}

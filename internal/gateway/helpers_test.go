@@ -22,6 +22,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/sentinel"
 )
 
@@ -102,18 +103,7 @@ func entries(ms []*member) []gateway.Entry {
 type gw struct {
 	addr string
 	g    *gateway.Gateway
-	logs *logBuffer
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *logbuf.Buffer
 }
 
 func startGateway(t *testing.T, cfg gateway.Config) *gw {
@@ -126,7 +116,7 @@ func startGatewayWith(t *testing.T, cfg gateway.Config, po gateway.ProxyOptions)
 	if cfg.Username == "" && len(po.AllowedSourceRanges) == 0 {
 		cfg.Username, cfg.Password = gwUser, gwPass
 	}
-	h := &gw{logs: &logBuffer{}}
+	h := &gw{logs: &logbuf.Buffer{}}
 	log := logr.New(&lineSink{b: h.logs})
 	cfg.Log = log
 	po.Log = log
@@ -163,7 +153,7 @@ func startGatewayWith(t *testing.T, cfg gateway.Config, po gateway.ProxyOptions)
 
 // lineSink is a logr sink at every verbosity that writes key=value lines.
 type lineSink struct {
-	b    *logBuffer
+	b    *logbuf.Buffer
 	name string
 	kv   []any
 }
@@ -182,19 +172,19 @@ func (s *lineSink) Error(err error, msg string, kv ...any) {
 }
 
 func (s *lineSink) write(msg string, err error, kv []any) {
-	s.b.mu.Lock()
-	defer s.b.mu.Unlock()
-	fmt.Fprintf(&s.b.b, "%s %q", s.name, msg)
+	var line strings.Builder
+	fmt.Fprintf(&line, "%s %q", s.name, msg)
 	for i := 0; i+1 < len(kv); i += 2 {
-		fmt.Fprintf(&s.b.b, " %v=%v", kv[i], kv[i+1])
+		fmt.Fprintf(&line, " %v=%v", kv[i], kv[i+1])
 	}
 	for i := 0; i+1 < len(s.kv); i += 2 {
-		fmt.Fprintf(&s.b.b, " %v=%v", s.kv[i], s.kv[i+1])
+		fmt.Fprintf(&line, " %v=%v", s.kv[i], s.kv[i+1])
 	}
 	if err != nil {
-		fmt.Fprintf(&s.b.b, " error=%v", err)
+		fmt.Fprintf(&line, " error=%v", err)
 	}
-	s.b.b.WriteByte('\n')
+	line.WriteByte('\n')
+	_, _ = s.b.WriteString(line.String())
 }
 
 // gatewayURL is the gateway's URL with a username (options included).

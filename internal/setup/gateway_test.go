@@ -10,14 +10,13 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -34,24 +33,6 @@ const gatewayWait = 20 * time.Second
 // envOf is a Getenv over env.
 func envOf(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
-}
-
-// logBuffer collects a logger's lines; funcr writes from many goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) write(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.WriteString(s)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestRunGatewayServesThePoolsMembers: the gateway subcommand watches the
@@ -78,8 +59,8 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 
 	cs := fake.NewClientset()
 	// The default level, as the operator's binary logs.
-	logs := &logBuffer{}
-	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{})
+	logs := &logbuf.Buffer{}
+	log := logs.Logger(0)
 	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

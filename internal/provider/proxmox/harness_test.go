@@ -7,12 +7,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/cloudinit"
@@ -20,6 +18,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/providertest"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim/guests"
@@ -87,7 +86,7 @@ type harness struct {
 	runner *guests.Runner
 	entry  *config.Entry
 	block  *Block
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 	ctx    context.Context
 }
 
@@ -145,8 +144,8 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 	e := &config.Entry{Name: "lab", Type: TypeName, Zones: []string{"zone-a"}, Images: []string{"debian"},
 		MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 2, MemoryMiB: 512}, "big": {Name: "big", Cores: 1, MemoryMiB: 512, DiskGiB: 5}},
 		Block:        b}
-	logs := &syncBuffer{}
-	log := funcr.New(func(prefix, args string) { logs.write(prefix + " " + args + "\n") }, funcr.Options{Verbosity: 2})
+	logs := &logbuf.Buffer{}
+	log := logs.Logger(2)
 	return &harness{t: t, sim: sim, runner: runner, entry: e, block: b, logs: logs, ctx: logr.NewContext(ctx, log)}
 }
 
@@ -275,22 +274,4 @@ func assertNoSecret(t *testing.T, where, text string) {
 			t.Errorf("%s holds a secret: %q", where, text)
 		}
 	}
-}
-
-// syncBuffer collects log lines from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) write(line string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.WriteString(line)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
