@@ -288,11 +288,11 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 	}
 }
 
-// primeBody reads the first byte of an answer's body before its head is
-// passed on, and keeps it for the client (primedBody). A member that dies
+// primeBody reads the first bytes of an answer's body before its head is
+// passed on, and keeps them for the client (primedBody). A member that dies
 // after its head and before any byte of body (stopped, killed, its VM
 // gone) would otherwise cut an answer the gateway had committed to: with
-// the byte read first, nothing has reached the client yet, so the attempt
+// the bytes read first, nothing has reached the client yet, so the attempt
 // fails like a member that did not answer (cause "body-cut"), and failover
 // may take it to another member. An answer without a body (HEAD, 204, 304,
 // a Content-Length of 0) needs no read. The cost is that a head waits for
