@@ -43,6 +43,17 @@ type idleConn struct {
 	raw *rawReader // nil when the connection has no socket
 }
 
+// IdleConn returns c with an inactivity bound: once it carried no bytes
+// either way for timeout, its reads and writes fail (an error that says
+// "tunnel idle for <timeout>"). It bounds an upstream connection whose peer
+// stopped sending without closing it (a paused VM keeps its connections
+// open), as the forward proxy's own connections to origins are bounded. It
+// costs one atomic store per read or write; deadlines move only when they
+// fire.
+func IdleConn(c net.Conn, timeout time.Duration) net.Conn {
+	return newIdleConn(c, newActivity(timeout))
+}
+
 func newIdleConn(c net.Conn, a *activity) *idleConn {
 	_ = c.SetDeadline(a.deadline())
 	ic := &idleConn{Conn: c, a: a}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +13,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // failingMember is a member proxy that answers every request, CONNECT
@@ -563,6 +566,70 @@ func TestMemberDyingBeforeTheBodyIsAFailedAttempt(t *testing.T) {
 			if got := metric(t, reg, "egress_proxies_gateway_member_failures_total", map[string]string{"member": dying.name, "cause": "body-cut"}); got != 1 {
 				t.Errorf("failures with cause body-cut on the dying member: %v, want 1: %s", got, tc.reason)
 			}
+		})
+	}
+}
+
+// TestStalledMemberIsBounded: a member that stops sending without closing
+// its connection (a paused VM keeps its connections open) holds a plain
+// request only for the stall timeout: before its answer's first bytes, the
+// attempt fails and the next member answers; after them, the answer is cut
+// and the member's place is freed. Without the bound both waited for ever.
+func TestStalledMemberIsBounded(t *testing.T) {
+	origin := ipEcho(t)
+	for _, tc := range []struct {
+		reason  string
+		partial string // body bytes the member sends before it stalls
+		good    bool
+	}{
+		{reason: "a head, then nothing: the attempt fails and another member answers", good: true},
+		{reason: "a head and part of the body, then nothing: the answer is cut, not held", partial: "0123456789"},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			done := make(chan struct{})
+			// Named to sort first: round-robin starts at it.
+			stalled := startAnsweringMember(t, "crawl-a-stalled", func(w http.ResponseWriter) {
+				w.Header().Set("Content-Length", "100")
+				w.WriteHeader(http.StatusOK)
+				_, _ = io.WriteString(w, tc.partial)
+				_ = http.NewResponseController(w).Flush()
+				<-done
+			})
+			t.Cleanup(func() { close(done) }) // before the member's server closes
+			es := []gateway.Entry{stalled.entry()}
+			if tc.good {
+				es = append(es, startMember(t, 0).entry())
+			}
+			set := gateway.NewSet()
+			set.Update("crawl", es)
+			reg, gm := newMetrics(t)
+			h := startGateway(t, gateway.Config{Members: set, Metrics: gm, StallTimeout: 300 * time.Millisecond})
+			ctx, cancel := context.WithTimeout(t.Context(), wait)
+			defer cancel()
+			resp, err := h.client(t, gwUser).Do(newRequest(t, http.MethodGet, origin.URL, "").WithContext(ctx))
+			if err != nil {
+				t.Fatalf("%v: %s", err, tc.reason)
+			}
+			body, err := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if ctx.Err() != nil {
+				t.Fatalf("the request was still held after %s: %s", wait, tc.reason)
+			}
+			labels := map[string]string{"member": stalled.name}
+			if tc.good {
+				if err != nil || resp.StatusCode != http.StatusOK || !strings.HasPrefix(string(body), "127.") {
+					t.Errorf("%d %q %v, want the good member's whole answer: %s", resp.StatusCode, body, err, tc.reason)
+				}
+				if got := metric(t, reg, "egress_proxies_gateway_member_failures_total", map[string]string{"member": stalled.name, "cause": "body-cut"}); got != 1 {
+					t.Errorf("body-cut failures of the stalled member: %v, want 1: %s", got, tc.reason)
+				}
+			} else if err == nil || string(body) != tc.partial {
+				t.Errorf("body %q, end %v; want the part sent, then an error: %s", body, err, tc.reason)
+			}
+			poll.Until(t, wait, func() (bool, string) {
+				n := metric(t, reg, "egress_proxies_gateway_member_in_flight", labels)
+				return n == 0, fmt.Sprintf("%v requests still in flight on the stalled member", n)
+			})
 		})
 	}
 }

@@ -71,6 +71,13 @@ type Config struct {
 	// DialTimeout, ResponseHeaderTimeout and IdleTimeout: see the
 	// defaults.
 	DialTimeout, ResponseHeaderTimeout, IdleTimeout time.Duration
+	// StallTimeout closes a connection to a member that carried no bytes
+	// either way for so long, which ends a plain request whose member
+	// stopped sending without closing (a paused VM): before its answer's
+	// first bytes that is a failed attempt, which failover may take to
+	// another member; after them, a cut answer. Zero means
+	// forwardproxy.DefaultIdleTimeout, the tunnels' idle bound.
+	StallTimeout time.Duration
 	// MaxAttempts bounds the members one request or tunnel tries
 	// (failover); zero means DefaultMaxAttempts, 1 turns failover off.
 	MaxAttempts int
@@ -153,8 +160,8 @@ func New(cfg Config) (*Gateway, error) {
 	default:
 		return nil, fmt.Errorf("gateway: unknown strategy %q (roundRobin, random or leastConnections)", cfg.Strategy)
 	}
-	if cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 || cfg.BanFor < 0 {
-		return nil, errors.New("gateway: attempts, ejection bound, cool-downs and limits must not be negative")
+	if cfg.StallTimeout < 0 || cfg.MaxAttempts < 0 || cfg.EjectAfter < 0 || cfg.EjectFor < 0 || cfg.MaxPerMember < 0 || cfg.HostRate < 0 || cfg.HostBurst < 0 || cfg.BanFor < 0 {
+		return nil, errors.New("gateway: the stall timeout, attempts, ejection bound, cool-downs and limits must not be negative")
 	}
 	if err := checkBanStatuses(cfg.BanStatuses); err != nil {
 		return nil, err
@@ -196,6 +203,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.auth = &credentials{user: sha256.Sum256([]byte(cfg.Username)), pass: sha256.Sum256([]byte(cfg.Password)), userLen: len(cfg.Username)}
 	}
 	dialer := &net.Dialer{KeepAlive: -1}
+	stall := orDefault(cfg.StallTimeout, forwardproxy.DefaultIdleTimeout)
 	g.transport = &http.Transport{
 		// Every plain request goes to the member its context names, in
 		// absolute form, with the member's credentials from its URL.
@@ -219,7 +227,7 @@ func New(cfg Config) (*Gateway, error) {
 			if err != nil {
 				return nil, &dialError{err}
 			}
-			return c, nil
+			return forwardproxy.IdleConn(c, stall), nil
 		},
 		DisableCompression:    true,
 		MaxIdleConns:          1024,

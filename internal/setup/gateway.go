@@ -115,7 +115,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served; required without credentials.")
 	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long requests and tunnels in flight may go on.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel without traffic for that long is closed.")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
 	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
 	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
@@ -193,7 +193,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: user, Password: pass,
 		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
 		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: banStatuses, BanFor: o.banFor,
-		Metrics: gm, Log: log.WithName("members"), Now: env.Now})
+		StallTimeout: o.idleTimeout, Metrics: gm, Log: log.WithName("members"), Now: env.Now})
 	if err != nil {
 		return err
 	}
