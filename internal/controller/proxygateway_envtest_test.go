@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -105,6 +106,7 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 		{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{"crawl-proxies"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{"crawl-proxies"}, Verbs: []string{"get"}},
 		{APIGroups: []string{"crawl.example.com"}, Resources: []string{"proxygateways"}, ResourceNames: []string{"front"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}
 	if !slices.Contains(c.Args, "--gateway=front") {
 		t.Errorf("container args %q; want --gateway=front (the administrator's bans)", c.Args)
@@ -155,6 +157,20 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("the gateway pod lists Secrets: %v; want Forbidden", err)
+	}
+	// It records its ejections as events in its namespace, and nowhere
+	// else.
+	for _, tc := range []struct {
+		ns     string
+		refuse bool
+	}{{ns: ns}, {ns: "default", refuse: true}} {
+		e := &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: tc.ns, GenerateName: "front-"}, EventTime: metav1.NowMicro(),
+			ReportingController: "egress-proxies-gateway", ReportingInstance: "egress-proxies-gateway-front-0", Action: "Eject", Reason: "MemberEjected",
+			Type: corev1.EventTypeWarning, Note: "test", Regarding: corev1.ObjectReference{APIVersion: "crawl.example.com/v1alpha1", Kind: "Proxy", Namespace: tc.ns, Name: "crawl-0"}}
+		_, err := cs.EventsV1().Events(tc.ns).Create(ctx, e, metav1.CreateOptions{})
+		if refused := apierrors.IsForbidden(err); refused != tc.refuse || (err != nil && !refused) {
+			t.Errorf("the gateway pod records an event in namespace %s: %v; want refused: %t", tc.ns, err, tc.refuse)
+		}
 	}
 	watchAdminBansAsThePod(t, podCfg, ns, set)
 

@@ -82,8 +82,9 @@ func gatewayServiceAccount(gw *crawlv1alpha1.ProxyGateway) *corev1.ServiceAccoun
 }
 
 // gatewayRole lets the pods watch their pools' published ConfigMaps (no
-// credentials) and their own ProxyGateway (its bans), and get their
-// published Secrets, by name, and nothing else:
+// credentials) and their own ProxyGateway (its bans), get their
+// published Secrets, by name, and record events in the namespace, and
+// nothing else:
 // not the members' own Secrets, not the gateway's credentials (which reach
 // the pods as environment variables). A Role can grant only what the
 // operator holds: it may watch ConfigMaps but only get Secrets, so the pods
@@ -98,6 +99,9 @@ func gatewayRole(gw *crawlv1alpha1.ProxyGateway) *rbacv1.Role {
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: names, Verbs: []string{"get"}},
 		// Its own ProxyGateway, for the administrator's bans (spec.bans).
 		{APIGroups: []string{crawlv1alpha1.GroupVersion.Group}, Resources: []string{"proxygateways"}, ResourceNames: []string{gw.Name}, Verbs: []string{"get", "list", "watch"}},
+		// Its events (a member's ejection, which only the replica knows
+		// of); patch adds to a series of the same event.
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}}
 }
 

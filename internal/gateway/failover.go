@@ -195,11 +195,15 @@ func (g *Gateway) failed(m *Member, f *attemptError) {
 	}
 	// Exactly one of the failures that reach the bound ejects.
 	m.state.failures.Store(0)
-	m.state.ejectedUntil.Store(g.now().Add(g.ejectFor).UnixNano())
+	until := g.now().Add(g.ejectFor)
+	m.state.ejectedUntil.Store(until.UnixNano())
 	if g.metrics != nil {
 		g.metrics.ejections.WithLabelValues(m.Pool, m.Name).Inc()
 	}
 	g.log.Info("member ejected", "member", m.String(), "cause", f.cause, "failuresInARow", g.ejectAfter, "for", g.ejectFor.String())
+	if g.onEject != nil {
+		g.onEject(m, f.cause, until)
+	}
 }
 
 // retried counts an attempt on m that another member takes over.

@@ -113,6 +113,12 @@ type Config struct {
 	Now func() time.Time
 	// Tracer, when set, gets a span per request and tunnel (tracing.go).
 	Tracer trace.Tracer
+	// OnEject, when set, is told of each ejection: the member, the cause
+	// of the failure that ejected it, and until when it sits out. It runs
+	// on the goroutine of the request or tunnel that failed, so it must
+	// not block (the gateway subcommand records an event, which is
+	// queued).
+	OnEject func(m *Member, cause string, until time.Time)
 }
 
 // Gateway is the forwardproxy.Upstream of a pool gateway: it checks the
@@ -138,6 +144,7 @@ type Gateway struct {
 	log                                   logr.Logger
 	now                                   func() time.Time
 	tracer                                trace.Tracer
+	onEject                               func(*Member, string, time.Time)
 }
 
 var _ forwardproxy.TunnelHeaderReader = (*Gateway)(nil)
@@ -191,6 +198,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
+	g.onEject = cfg.OnEject
 	g.tracer = cfg.Tracer
 	if g.tracer == nil {
 		g.tracer = noop.NewTracerProvider().Tracer("")

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -190,7 +191,14 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 		}
 	}()
 	set := gateway.NewSet()
-	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: user, Password: pass,
+	// Ejections become events once the API clients exist (below).
+	var recorded atomic.Pointer[gatewayEvents]
+	onEject := func(m *gateway.Member, cause string, until time.Time) {
+		if ev := recorded.Load(); ev != nil {
+			ev.ejected(m, cause, until, o.ejectAfter)
+		}
+	}
+	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: user, Password: pass, OnEject: onEject,
 		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
 		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: banStatuses, BanFor: o.banFor,
 		StallTimeout: o.idleTimeout, Metrics: gm, Log: log.WithName("members"), Now: env.Now})
@@ -210,6 +218,16 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	if err != nil {
 		return fmt.Errorf("gateway: reaching the API server: %w", err)
 	}
+	// Events outlive the drain, as the watches do: a member may be
+	// ejected while requests drain.
+	eventsCtx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopEvents()
+	ev, err := startGatewayEvents(eventsCtx, clients.Core, o.namespace, o.gateway)
+	if err != nil {
+		return fmt.Errorf("gateway: recording events: %w", err)
+	}
+	defer ev.stop()
+	recorded.Store(ev)
 
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", o.listen)

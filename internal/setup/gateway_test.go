@@ -3,6 +3,7 @@ package setup
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -13,17 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
-	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
-
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -159,5 +159,83 @@ func TestRunGatewayRefuses(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || wait != nil {
 			t.Errorf("%s: err %v, wait set %t; want an error naming %q and no wait", tc.reason, err, wait != nil, tc.want)
 		}
+	}
+}
+
+// TestRunGatewayRecordsEjections: a member that fails --eject-after times
+// in a row is ejected, and the replica records it as a Warning event on the
+// member's Proxy (which only the replica knows of: the operator does not
+// see it), once per ejection, naming the member, its pool and the cause,
+// and no credential.
+func TestRunGatewayRecordsEjections(t *testing.T) {
+	// A member nobody listens on: every attempt is refused.
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	_ = dead.Close()
+	cs := fake.NewClientset()
+	js, _ := json.Marshal([]gateway.Entry{{Name: "crawl-dead", URL: "http://umember:member-password-123456@" + deadAddr}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := cs.CoreV1().Secrets("crawlers").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
+		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	a, wait, err := StartGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s",
+		"--eject-after", "2", "--max-attempts", "1"},
+		GatewayEnv{Getenv: getenv, Clients: func() (GatewayClients, error) { return GatewayClients{Core: cs}, nil }, Log: logr.Discard()})
+	if err != nil {
+		t.Fatalf("StartGateway: %v", err)
+	}
+	poll.Until(t, gatewayWait, func() (bool, string) { return a.Members.Len() == 1, "the member listed" })
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.Addr.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: gatewayWait}
+	// Two failures eject; the third request finds the only member ejected
+	// and tries it anyway (docs/gateway.md, Failover): a third failure,
+	// which starts a new run, not a second ejection.
+	for range 3 {
+		resp, err := c.Get("http://origin.invalid/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("through a dead member: %s; want 502", resp.Status)
+		}
+	}
+	var notes []string
+	poll.Until(t, gatewayWait, func() (bool, string) {
+		list, err := cs.EventsV1().Events("crawlers").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		notes = notes[:0]
+		for _, e := range list.Items {
+			if e.Reason == ReasonMemberEjected && e.Type == corev1.EventTypeWarning && e.Regarding.Kind == "Proxy" && e.Regarding.Name == "crawl-dead" &&
+				e.ReportingController == GatewayEventSource {
+				notes = append(notes, e.Note)
+			}
+		}
+		return len(notes) > 0, fmt.Sprintf("no MemberEjected event on Proxy crawl-dead among %d events", len(list.Items))
+	})
+	if len(notes) != 1 || !strings.Contains(notes[0], "member crawl-dead of pool crawl after 2 failures in a row (the last: refused)") {
+		t.Errorf("ejection events %q; want one naming the member, its pool, the failures and the cause", notes)
+	}
+	for _, n := range notes {
+		if strings.Contains(n, "member-password-123456") || strings.Contains(n, "gateway-password-123456") || strings.Contains(n, deadAddr) {
+			t.Errorf("an ejection event holds a password or the member's address: %q", n)
+		}
+	}
+	cancel()
+	if err := wait(); err != nil {
+		t.Errorf("the gateway after cancel: %v", err)
 	}
 }
