@@ -47,7 +47,8 @@ type Cluster struct {
 	NodeIP   netip.Addr
 	PodCIDR  netip.Prefix
 	// NodeLocal is a /29 that is local to the node's network namespace
-	// (on its loopback, so every address of it is bound there) and routed
+	// (each of its addresses on its loopback as a /32, so every one of them,
+	// the last included, is an ordinary local address) and routed
 	// from the host through NodeIP: a test runs a server on the node's
 	// network (InNode) at addresses of its own, which the pods and the
 	// host reach, the way they would reach a machine beside the node.
@@ -195,7 +196,7 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 func (c *Cluster) network(ctx context.Context) error {
 	s := c.slot
 	inNS := func(args ...string) []string { return append([]string{"-n", s.netns}, args...) }
-	for _, args := range [][]string{
+	steps := [][]string{
 		{"netns", "add", s.netns},
 		{"link", "add", s.hostVeth, "type", "veth", "peer", "name", s.nodeVeth, "netns", s.netns},
 		{"addr", "add", s.hostIP.String(), "peer", s.nodeIP.String() + "/32", "dev", s.hostVeth},
@@ -204,9 +205,16 @@ func (c *Cluster) network(ctx context.Context) error {
 		inNS("addr", "add", s.nodeIP.String(), "peer", s.hostIP.String()+"/32", "dev", s.nodeVeth),
 		inNS("link", "set", s.nodeVeth, "up"),
 		{"route", "add", s.podCIDR.String(), "via", s.nodeIP.String(), "dev", s.hostVeth},
-		inNS("addr", "add", s.nodeLocal.String(), "dev", "lo"),
-		{"route", "add", s.nodeLocal.String(), "via", s.nodeIP.String(), "dev", s.hostVeth},
-	} {
+	}
+	// Every node-local address on its own (/32): the /29 as one address
+	// would make its last address the loopback's broadcast address, which
+	// nothing can connect to (ENETUNREACH), and the guest a test placed
+	// there unreachable.
+	for a := s.nodeLocal.Addr(); s.nodeLocal.Contains(a); a = a.Next() {
+		steps = append(steps, inNS("addr", "add", a.String()+"/32", "dev", "lo"))
+	}
+	steps = append(steps, []string{"route", "add", s.nodeLocal.String(), "via", s.nodeIP.String(), "dev", s.hostVeth})
+	for _, args := range steps {
 		if err := run(ctx, "ip", args...); err != nil {
 			return err
 		}

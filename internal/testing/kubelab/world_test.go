@@ -155,6 +155,15 @@ func TestRuntimeWorldLeavesNothing(t *testing.T) {
 				t.Errorf("host route %q outside 198.51.100.0/24", r)
 			}
 		}
+		// Every node-local address is an ordinary local one in the node's
+		// namespace: a guest placed at the last one must be reachable
+		// (the /29 as one address made it the loopback's broadcast).
+		for a := c.NodeLocal.Addr(); c.NodeLocal.Contains(a); a = a.Next() {
+			out, err := c.InNode(t.Context(), "ip", "route", "get", a.String()).Output()
+			if err != nil || !strings.HasPrefix(string(out), "local "+a.String()+" ") {
+				t.Errorf("node-local address %s routes as %q (%v); want local", a, out, err)
+			}
+		}
 		// containerd wrote its shim sockets under /run/containerd: in the
 		// world's directory, not on the machine.
 		if _, err := os.Stat("/run/containerd/s"); err == nil {
