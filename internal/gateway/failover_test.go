@@ -484,6 +484,22 @@ func TestEjectionMovesOnlyItsSessions(t *testing.T) {
 	}
 }
 
+// gatewayBefore starts a gateway with cfg, its metrics on the registry it
+// returns, in front of f and, when good, a real member after it (f sorts
+// first: round-robin starts at it).
+func gatewayBefore(t *testing.T, f *failingMember, good bool, cfg gateway.Config) (*prometheus.Registry, *gw) {
+	t.Helper()
+	es := []gateway.Entry{f.entry()}
+	if good {
+		es = append(es, startMember(t, 0).entry())
+	}
+	set := gateway.NewSet()
+	set.Update("crawl", es)
+	reg, gm := newMetrics(t)
+	cfg.Members, cfg.Metrics = set, gm
+	return reg, startGateway(t, cfg)
+}
+
 // newRequest is a request of method to target, with body when it is not
 // empty and with no body at all (not an empty one) when it is.
 func newRequest(t *testing.T, method, target, body string) *http.Request {
@@ -536,14 +552,7 @@ func TestMemberDyingBeforeTheBodyIsAFailedAttempt(t *testing.T) {
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			dying := startHeadThenDieMember(t, "crawl-dying")
-			es := []gateway.Entry{dying.entry()}
-			if tc.good {
-				es = append(es, startMember(t, 0).entry())
-			}
-			set := gateway.NewSet()
-			set.Update("crawl", es)
-			reg, gm := newMetrics(t)
-			h := startGateway(t, gateway.Config{Members: set, Metrics: gm})
+			reg, h := gatewayBefore(t, dying, tc.good, gateway.Config{})
 			// Round-robin starts at the first member: the dying one.
 			resp, err := h.client(t, gwUser).Do(newRequest(t, tc.method, origin.URL, tc.body))
 			if err != nil {
@@ -596,14 +605,7 @@ func TestStalledMemberIsBounded(t *testing.T) {
 				<-done
 			})
 			t.Cleanup(func() { close(done) }) // before the member's server closes
-			es := []gateway.Entry{stalled.entry()}
-			if tc.good {
-				es = append(es, startMember(t, 0).entry())
-			}
-			set := gateway.NewSet()
-			set.Update("crawl", es)
-			reg, gm := newMetrics(t)
-			h := startGateway(t, gateway.Config{Members: set, Metrics: gm, StallTimeout: 300 * time.Millisecond})
+			reg, h := gatewayBefore(t, stalled, tc.good, gateway.Config{StallTimeout: 300 * time.Millisecond})
 			ctx, cancel := context.WithTimeout(t.Context(), wait)
 			defer cancel()
 			resp, err := h.client(t, gwUser).Do(newRequest(t, http.MethodGet, origin.URL, "").WithContext(ctx))

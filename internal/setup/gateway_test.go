@@ -35,6 +35,24 @@ func envOf(env map[string]string) func(string) string {
 	return func(k string) string { return env[k] }
 }
 
+// publish publishes pool crawl's member list in namespace crawlers as the
+// pool does: the Secret, then the ConfigMap, which the gateway watches.
+func publish(t *testing.T, cs *fake.Clientset, members ...gateway.Entry) {
+	t.Helper()
+	js, err := json.Marshal(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Secrets("crawlers").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
+		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRunGatewayServesThePoolsMembers: the gateway subcommand watches the
 // pool's published Secret, is ready only once it names a member, sends a
 // request through that member with the gateway's credentials, and stops
@@ -85,16 +103,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	if got := readyz(); got != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without members: %d; want 503", got)
 	}
-	js, _ := json.Marshal([]gateway.Entry{{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()}})
-	if _, err := cs.CoreV1().Secrets("crawlers").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
-		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The pool writes the ConfigMap after the Secret; the gateway watches it.
-	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()})
 	poll.Until(t, gatewayWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
 
 	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.Addr.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
@@ -176,17 +185,9 @@ func TestRunGatewayRecordsEjections(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	_ = dead.Close()
 	cs := fake.NewClientset()
-	js, _ := json.Marshal([]gateway.Entry{{Name: "crawl-dead", URL: "http://umember:member-password-123456@" + deadAddr}})
+	publish(t, cs, gateway.Entry{Name: "crawl-dead", URL: "http://umember:member-password-123456@" + deadAddr})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := cs.CoreV1().Secrets("crawlers").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
-		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
 	a, wait, err := StartGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s",
 		"--eject-after", "2", "--max-attempts", "1"},
