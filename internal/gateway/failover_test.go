@@ -583,7 +583,8 @@ func TestMemberDyingBeforeTheBodyIsAFailedAttempt(t *testing.T) {
 // its connection (a paused VM keeps its connections open) holds a plain
 // request only for the stall timeout: before its answer's first bytes, the
 // attempt fails and the next member answers; after them, the answer is cut
-// and the member's place is freed. Without the bound both waited for ever.
+// and the member's place is freed. Without the bound both were still
+// waiting at the test's own limit.
 func TestStalledMemberIsBounded(t *testing.T) {
 	origin := ipEcho(t)
 	for _, tc := range []struct {
@@ -605,7 +606,9 @@ func TestStalledMemberIsBounded(t *testing.T) {
 				<-done
 			})
 			t.Cleanup(func() { close(done) }) // before the member's server closes
-			reg, h := gatewayBefore(t, stalled, tc.good, gateway.Config{StallTimeout: 300 * time.Millisecond})
+			// Long enough that the good member's own answer never looks
+			// stalled, on a loaded machine too.
+			reg, h := gatewayBefore(t, stalled, tc.good, gateway.Config{StallTimeout: poll.Paced(time.Second)})
 			ctx, cancel := context.WithTimeout(t.Context(), wait)
 			defer cancel()
 			resp, err := h.client(t, gwUser).Do(newRequest(t, http.MethodGet, origin.URL, "").WithContext(ctx))
