@@ -31,7 +31,7 @@ type gatewayEvents struct {
 	broadcaster events.EventBroadcaster
 	recorder    events.EventRecorder
 	namespace   string
-	related     *corev1.ObjectReference // nil without --gateway
+	related     runtime.Object // the ProxyGateway; nil without --gateway
 }
 
 // startGatewayEvents starts recording to the API server until ctx is done
@@ -51,11 +51,7 @@ func startGatewayEvents(ctx context.Context, cs kubernetes.Interface, namespace,
 // ejected records a member's ejection.
 func (e *gatewayEvents) ejected(m *gateway.Member, cause string, until time.Time, failures int) {
 	regarding := &corev1.ObjectReference{APIVersion: crawlv1alpha1.GroupVersion.String(), Kind: "Proxy", Namespace: e.namespace, Name: m.Name}
-	var related runtime.Object // a nil *ObjectReference would be a non-nil Object
-	if e.related != nil {
-		related = e.related
-	}
-	e.recorder.Eventf(regarding, related, corev1.EventTypeWarning, ReasonMemberEjected, "Eject",
+	e.recorder.Eventf(regarding, e.related, corev1.EventTypeWarning, ReasonMemberEjected, "Eject",
 		"A gateway replica ejected member %s of pool %s after %d failures in a row (the last: %s): it gets no new request or tunnel from this replica until %s; the pool's probe still decides whether it stays a member",
 		m.Name, m.Pool, failures, cause, until.UTC().Format(time.RFC3339))
 }

@@ -56,7 +56,7 @@ func TestProbeSeesLoad(t *testing.T) {
 	if quietProbes[2] < 0.9 {
 		t.Errorf("the probe's wall time over CPU time is %.2f, below 1: it does not measure wall time over CPU time", quietProbes[2])
 	}
-	// Sixteen threads per core more make a burst several times slower,
+	// Eight threads per core more make a burst several times slower,
 	// however loaded the machine already was.
 	if loaded < 1.5*quiet {
 		t.Errorf("with %d spinning threads the probe ratio is %.2f, not well above %.2f without them: it does not see load", spinners, loaded, quiet)
