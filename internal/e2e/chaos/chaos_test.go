@@ -45,10 +45,15 @@ type tracked struct {
 	// longer has it, since the operator had run goneAt in all.
 	deleted, gone bool
 	goneAt        time.Duration
-	// goneWhileLost: it went while the ownership key was lost, so its leak
-	// deadline counts from the key's restore (its instance is nobody's
-	// until then).
+	// goneWhileLost: it went while the ownership key was lost (or just
+	// before, its VM not yet collected), so its leak deadline counts from
+	// the key's restore (its instance is nobody's until then).
 	goneWhileLost bool
+	// wentWhileLost stays true after the restore: its Delete ran with the
+	// wrong key, which cannot name the instance's seed (its name is
+	// signed), so with the VM removed behind the operator's back too only
+	// the sweep leads to the seed.
+	wentWhileLost bool
 	replacements  int32
 	// instances are the instance names its status has shown (its seeds
 	// are named after them).
@@ -79,14 +84,11 @@ type run struct {
 	// key was lost (all must be 0).
 	keyLossMutations int
 	secretsFound     int
-	// sweepOnly are the instance names whose VM this run removed behind
-	// the operator's back when no other path led to their seed
-	// (leftForSweep); sweepBound the seeds of them found after a delete.
-	sweepOnly  map[string]bool
-	sweepBound map[string]bool
-	// vanishedAt is the step at which this run removed an instance's VM
-	// behind the operator's back, by instance name, for the leak messages.
-	vanishedAt    map[string]int
+	// vanished are the VMs this run removed behind the operator's back,
+	// by instance name; sweepBound the seeds found after a delete whose
+	// VM's removal left them to the sweep (leftForSweep).
+	vanished      map[string]vanishing
+	sweepBound    map[string]bool
 	copies        int
 	polls         int
 	violations    []string
@@ -125,7 +127,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &run{t: t, plan: p, rng: rand.New(rand.NewPCG(uint64(p.Seed), 0x63686173)),
-		proxies: map[string]*tracked{}, seen: map[string]bool{}, faults: map[string]int{}, sweepOnly: map[string]bool{}, vanishedAt: map[string]int{}, sweepBound: map[string]bool{}, violationSeen: map[string]bool{}, nextVMID: 5000}
+		proxies: map[string]*tracked{}, seen: map[string]bool{}, faults: map[string]int{}, vanished: map[string]vanishing{}, sweepBound: map[string]bool{}, violationSeen: map[string]bool{}, nextVMID: 5000}
 	r.world = newWorld(t, p, ns.Name)
 	r.foreign = r.placeOtherInstallation(context.Background(), 3)
 	// The other installation's calls used the same token: the check starts
@@ -266,10 +268,7 @@ func (r *run) replace() {
 	if r.lab.Sim.Vanish(vmid) {
 		r.provoked++
 		if name := conf["name"]; name != "" {
-			r.vanishedAt[name] = r.step
-			if r.onlySweepLeadsTo(name) {
-				r.sweepOnly[name] = true
-			}
+			r.vanished[name] = vanishing{step: r.step, sweepOnly: r.onlySweepLeadsTo(name)}
 		}
 	}
 }
@@ -468,6 +467,7 @@ func (r *run) observeProxies(ctx context.Context) {
 	for _, tr := range r.proxies {
 		if tr.deleted && !tr.gone && !present[tr.name] {
 			tr.gone, tr.goneAt, tr.goneWhileLost = true, r.operatorUptime(), r.keyLost()
+			tr.wentWhileLost = tr.goneWhileLost
 		}
 	}
 }
@@ -629,7 +629,7 @@ func (r *run) findLeaks(gone []*tracked, when string) {
 			for _, vol := range c.sim.StorageVolumes(node, "seeds") {
 				for _, p := range gone {
 					if owner := seedOwner(vol, p); owner {
-						if r.leftForSweep(vol) {
+						if r.leftForSweep(vol, p) {
 							continue
 						}
 						if r.violation("leak|seed|"+c.name+"|"+node+"|"+vol, "leak%s: seed %s on %s/%s of deleted Proxy %s%s", when, vol, c.name, node, p.name, r.vanishedNote(vol)) {
@@ -642,31 +642,47 @@ func (r *run) findLeaks(gone []*tracked, when string) {
 	}
 }
 
-// leftForSweep reports (and counts once) a seed whose VM this run removed
-// behind the operator's back when nothing but the sweep led to the seed
-// any more (onlySweepLeadsTo): no VM and no recorded instance lead to it,
-// and only garbage collection's sweep removes it, once it is older than the
-// sweep's grace period (15 minutes, docs/proxmox.md), longer than a run.
-// Known and bounded; see docs/security.md, chaos section.
-func (r *run) leftForSweep(volid string) bool {
-	file := volid[strings.LastIndex(volid, "/")+1:]
-	for name := range r.sweepOnly {
-		if strings.HasPrefix(file, name+"-") {
-			r.sweepBound[volid] = true
-			return true
-		}
+// leftForSweep reports (and counts once) a seed of gone Proxy p whose VM
+// this run removed behind the operator's back when nothing but the sweep
+// led to the seed any more: nothing else did at the removal
+// (onlySweepLeadsTo), or p went while the ownership key was lost, when its
+// Delete could not name the seed. No VM and no recorded instance lead to
+// it, and only garbage collection's sweep removes it, once it is older
+// than the sweep's grace period (15 minutes, docs/proxmox.md), longer than
+// a run. Known and bounded; see docs/security.md, chaos section.
+func (r *run) leftForSweep(volid string, p *tracked) bool {
+	if _, v, ok := r.vanishedVM(volid); ok && (v.sweepOnly || p.wentWhileLost) {
+		r.sweepBound[volid] = true
+		return true
 	}
 	return false
+}
+
+// vanishing is this run's removal of a VM behind the operator's back.
+type vanishing struct {
+	step int
+	// sweepOnly: nothing but the sweep led to the VM's seed any more
+	// (onlySweepLeadsTo, at the removal).
+	sweepOnly bool
+}
+
+// vanishedVM returns the instance of a seed's volume whose VM this run
+// removed behind the operator's back, and that removal.
+func (r *run) vanishedVM(volid string) (string, vanishing, bool) {
+	file := volid[strings.LastIndex(volid, "/")+1:]
+	for name, v := range r.vanished {
+		if strings.HasPrefix(file, name+"-") {
+			return name, v, true
+		}
+	}
+	return "", vanishing{}, false
 }
 
 // vanishedNote says, for a leak message, at which step this run removed the
 // VM of a seed's instance behind the operator's back, if it did.
 func (r *run) vanishedNote(volid string) string {
-	file := volid[strings.LastIndex(volid, "/")+1:]
-	for name, step := range r.vanishedAt {
-		if strings.HasPrefix(file, name+"-") {
-			return fmt.Sprintf(" (its VM %s was removed behind the operator's back at step %d)", name, step)
-		}
+	if name, v, ok := r.vanishedVM(volid); ok {
+		return fmt.Sprintf(" (its VM %s was removed behind the operator's back at step %d)", name, v.step)
 	}
 	return ""
 }
@@ -797,7 +813,7 @@ func (r *run) report() {
   secrets watched: %d; captured: %s
   episodes: %d ownership key losses (mutations on the lab while lost: %d), %d hangs of %s (%d Proxies orphaned during them and collected; evidence within %s, bound %s, pace %s)
   duplicates: %d (most VMs of one Proxy at once: %d), leaks: %d, foreign touches: %d, secrets in output: %d
-  seeds left for the sweep (their VM removed behind the operator's back during the create, or after its Proxy went and left it to garbage collection): %d`,
+  seeds left for the sweep (their VM removed behind the operator's back when nothing else led to them: leftForSweep): %d`,
 		r.plan.Seed, r.plan.Seed, wall.Round(time.Second), (time.Duration(float64(wall) * r.plan.Speed)).Round(time.Minute), r.plan.Speed, r.polls, r.step,
 		r.created, r.deleted, replacements, r.provoked, r.restarts, total, strings.Join(faults, ", "),
 		classes, mutations, r.watch.Secrets(), strings.Join(captured, ", "),

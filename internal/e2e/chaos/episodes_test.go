@@ -192,6 +192,16 @@ func (r *run) loseKey(ctx context.Context) episode {
 	}
 	k.held = r.create(ctx, pvelab.EntryName)
 	k.lostAt, k.since = r.operatorUptime(), time.Now()
+	// A Proxy gone just before the loss may leave a VM that garbage
+	// collection had not yet taken (an orphan within its grace period, a
+	// delete it was retrying): the operator may not touch it until the
+	// restore, so its leak deadline counts from there, as for a Proxy
+	// gone during the loss.
+	for _, p := range r.proxies {
+		if p.gone && !p.goneWhileLost && k.lostAt-p.goneAt < leakUptime {
+			p.goneWhileLost = true
+		}
+	}
 	k.bound = r.paced(20, 30*time.Second, 2*time.Minute)
 	r.faults["ownership key lost"]++
 	return k
