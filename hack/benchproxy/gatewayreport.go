@@ -151,6 +151,9 @@ func (r *results) gatewayVerdict(i int, gw measurement) string {
 		// not depend on how the CPU was shared.
 		parts = append(parts, fmt.Sprintf("per CPU second %.2f×", (float64(gw.bytes)/gw.cpu)/(float64(ref.bytes)/ref.cpu)))
 	}
+	if c := cpuPerRequest(gw, ref, "the forward proxy's"); c != "" && sc.connect {
+		parts = append(parts, c)
+	}
 	if hasPC {
 		ratio := gw.rps() / pc.scenarios[i].rps()
 		parts = append(parts, fmt.Sprintf("%.2f× proxy-chain's (%s)", ratio, goal(ratio, goalProxyChainRatio)))

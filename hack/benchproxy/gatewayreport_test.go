@@ -64,15 +64,32 @@ func TestGatewayVerdict(t *testing.T) {
 }
 
 // TestGatewayVerdictPerCPU: with CPU times measured, the throughput verdict
-// adds the work per CPU second against the forward proxy's.
+// adds the work per CPU second against the forward proxy's, and for
+// CONNECT the CPU per tunnel with its kernel part: the gateway's extra hop
+// costs at least the TCP work of its two connections.
 func TestGatewayVerdictPerCPU(t *testing.T) {
-	sc := scenario{name: "CONNECT + GET 1 KiB (16 clients)", connect: true}
-	fp := measurement{ok: 1000, elapsed: time.Second, bytes: 1000, cpu: 1}
-	gw := measurement{ok: 900, elapsed: time.Second, bytes: 900, cpu: 0.5}
-	r := &results{scenarios: []scenario{sc}, proxies: []proxyResult{{name: "ours", scenarios: []measurement{fp}}, {name: nameGateway, scenarios: []measurement{gw}}}}
-	want := "throughput 0.90× the forward proxy's (≥ 0.8: met); per CPU second 1.80×"
-	if diff := cmp.Diff(want, r.gatewayVerdict(0, gw)); diff != "" {
-		t.Errorf("verdict (-want +got):\n%s", diff)
+	fp := measurement{ok: 1000, elapsed: time.Second, bytes: 1000, cpu: 1, sys: 0.75, requests: 10000}
+	gw := measurement{ok: 900, elapsed: time.Second, bytes: 900, cpu: 0.5, sys: 0.4, requests: 4500}
+	for _, c := range []struct {
+		reason string
+		sc     scenario
+		want   string
+	}{{
+		reason: "CONNECT: per CPU second and per tunnel",
+		sc:     scenario{name: "CONNECT + GET 1 KiB (16 clients)", connect: true},
+		want: "throughput 0.90× the forward proxy's (≥ 0.8: met); per CPU second 1.80×; " +
+			"CPU per request 111.1 µs (80 % in the kernel) against the forward proxy's 100.0 µs (75 % in the kernel)",
+	}, {
+		reason: "plain GET: no goal, so per CPU second alone",
+		sc:     scenario{name: "GET 1 KiB (16 clients)"},
+		want:   "throughput 0.90× the forward proxy's (no goal); per CPU second 1.80×",
+	}} {
+		t.Run(c.reason, func(t *testing.T) {
+			r := &results{scenarios: []scenario{c.sc}, proxies: []proxyResult{{name: "ours", scenarios: []measurement{fp}}, {name: nameGateway, scenarios: []measurement{gw}}}}
+			if diff := cmp.Diff(c.want, r.gatewayVerdict(0, gw)); diff != "" {
+				t.Errorf("verdict (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

@@ -216,6 +216,8 @@ type measurement struct {
 	bytes    int64
 	p50, p99 time.Duration
 	cpu      float64 // the proxy's CPU seconds during the scenario
+	sys      float64 // of cpu, the system (kernel) seconds
+	requests int     // after median: the successful requests of all rounds
 }
 
 // rps is the successful requests per second.

@@ -167,9 +167,10 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, sc.concurrency(o))))
 			for pi, p := range procs {
 				log("round %d/%d: %s: %s", round+1, o.rounds, sc.name, p.name)
-				cpu := p.cpuSeconds()
+				cpu, sys := p.cpuSeconds()
 				m := measure(ctx, o, sc, proxyClient(org, p.addr, sc, sc.concurrency(o)))
-				m.cpu = p.cpuSeconds() - cpu
+				cpuAfter, sysAfter := p.cpuSeconds()
+				m.cpu, m.sys = cpuAfter-cpu, sysAfter-sys
 				if m.errors > 0 && m.ok == 0 {
 					return fmt.Errorf("%s: %s: every request failed (%d): %w", p.name, sc.name, m.errors, m.firstErr)
 				}
@@ -269,15 +270,18 @@ func loadAverage() string {
 	return "unknown"
 }
 
-// median returns the round with the median throughput, with the CPU time
-// and bytes of all rounds, so that CPU per GB uses everything measured.
+// median returns the round with the median throughput, with the CPU time,
+// requests and bytes of all rounds, so that CPU per GB and per request use
+// everything measured.
 func median(ms []measurement) measurement {
 	sorted := slices.Clone(ms)
 	slices.SortFunc(sorted, func(a, b measurement) int { return cmp.Compare(a.rps(), b.rps()) })
 	m := sorted[len(sorted)/2]
-	m.cpu, m.bytes, m.errors = 0, 0, 0
+	m.cpu, m.sys, m.bytes, m.errors, m.requests = 0, 0, 0, 0, 0
 	for _, r := range ms {
 		m.cpu += r.cpu
+		m.sys += r.sys
+		m.requests += r.ok
 		m.bytes += r.bytes
 		m.errors += r.errors
 		if m.firstErr == nil {

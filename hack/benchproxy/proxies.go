@@ -135,15 +135,16 @@ func (p *proxyProc) pids() []int {
 	return append([]int{root}, slices.Sorted(maps.Keys(procfs.Children(root)))...)
 }
 
-// cpuSeconds is the CPU time (user and system) the proxy's processes used.
-func (p *proxyProc) cpuSeconds() float64 {
-	var total float64
+// cpuSeconds is the CPU time (user and system) the proxy's processes used,
+// and the system part of it.
+func (p *proxyProc) cpuSeconds() (total, system float64) {
 	for _, pid := range p.pids() {
 		if st, err := procfs.ReadStat(pid); err == nil {
 			total += st.CPUSeconds()
+			system += st.SystemSeconds()
 		}
 	}
-	return total
+	return total, system
 }
 
 // rssKiB is the resident memory of the proxy's processes.

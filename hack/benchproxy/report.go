@@ -100,6 +100,9 @@ func (r *results) verdict(i int, ours measurement) string {
 			d := r.direct[i].p50
 			ourAdded, refAdded := added(ours.p50, d), added(ref.p50, d)
 			parts = append(parts, fmt.Sprintf("p50 added %s ms against tinyproxy's %s (≤: %s)", ms(ourAdded), ms(refAdded), met(ourAdded <= refAdded)))
+			if c := cpuPerRequest(ours, ref, "tinyproxy's"); c != "" {
+				parts = append(parts, c)
+			}
 		}
 	}
 	if s, ok := r.find("squid"); ok {
@@ -110,6 +113,21 @@ func (r *results) verdict(i int, ours measurement) string {
 		return "no reference proxy measured"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// cpuPerRequest compares the CPU two proxies spent per request, and the
+// kernel's part of it (refName is the reference's, possessive): a tunnel's
+// CPU is mostly the TCP stack's, which every proxy pays for its two
+// connections, so the user-space part is what a proxy's own code can win
+// on. Empty when either was not measured.
+func cpuPerRequest(ours, ref measurement, refName string) string {
+	if ours.requests == 0 || ref.requests == 0 || ours.cpu <= 0 || ref.cpu <= 0 {
+		return ""
+	}
+	per := func(m measurement) string {
+		return fmt.Sprintf("%.1f µs (%.0f %% in the kernel)", m.cpu/float64(m.requests)*1e6, 100*m.sys/m.cpu)
+	}
+	return fmt.Sprintf("CPU per request %s against %s %s", per(ours), refName, per(ref))
 }
 
 func met(ok bool) string {

@@ -27,6 +27,10 @@ type Stat struct {
 // CPUSeconds is user plus system time, in seconds.
 func (s Stat) CPUSeconds() float64 { return float64(s.UTime+s.STime) / ClockTicks }
 
+// SystemSeconds is system time alone, in seconds: the kernel's work on the
+// process's behalf (system calls, and for a proxy the TCP stack).
+func (s Stat) SystemSeconds() float64 { return float64(s.STime) / ClockTicks }
+
 // ParseStat reads /proc/<pid>/stat. The command name (field 2) is in
 // parentheses and may itself hold spaces and parentheses, so the fields
 // after it are counted from the last ')'.

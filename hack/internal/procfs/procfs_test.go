@@ -36,6 +36,9 @@ func TestParseStat(t *testing.T) {
 	if got := (Stat{UTime: 150, STime: 50}).CPUSeconds(); got != 2 {
 		t.Errorf("CPUSeconds of 150 + 50 ticks = %v, want 2 (USER_HZ is 100)", got)
 	}
+	if got := (Stat{UTime: 150, STime: 50}).SystemSeconds(); got != 0.5 {
+		t.Errorf("SystemSeconds of 50 system ticks = %v, want 0.5 (the user ticks are not the kernel's)", got)
+	}
 }
 
 func TestParseStatus(t *testing.T) {
