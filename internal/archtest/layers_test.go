@@ -44,7 +44,7 @@ func exact(ps ...string) func(string) bool {
 // developer tools under hack/ and the simulator's command. It may import
 // anything; nothing of the product may import it.
 func testSupport(pkg string) bool {
-	return prefix("internal/testing", "internal/e2e", "internal/archtest", "internal/manifests", "internal/monitoring", "hack", "cmd/pvesim")(pkg) ||
+	return prefix("internal/testing", "internal/e2e", "internal/archtest", "internal/doclinks", "internal/manifests", "internal/monitoring", "hack", "cmd/pvesim")(pkg) ||
 		strings.HasSuffix(pkg, "test") // providertest, ownershiptest
 }
 
