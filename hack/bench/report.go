@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider/proxmox"
 )
 
 // Targets of issue #14.
@@ -29,11 +31,13 @@ const (
 const simNodes = 3
 
 // steadyBound is the provider calls per proxy per resync of a steady state
-// that reads each node's listing once per poll interval, the most the
-// provider's views allow: the count reaches it once every node's VMs are
-// looked at in every poll interval.
+// that reads the cluster-wide listing once per poll interval and each
+// node's listing once per pause window, the most the provider's shared
+// reads allow: the count reaches it once Proxies are looked at in every
+// poll interval.
 func steadyBound(o options, n int) float64 {
-	return simNodes * float64(o.resyncInterval) / float64(o.pollInterval) / float64(n)
+	intervals := float64(o.resyncInterval) / float64(o.pollInterval)
+	return (intervals + simNodes*intervals/proxmox.PauseViewIntervals) / float64(n)
 }
 
 // targetRSS is the operator process's RSS goal with N Ready proxies.
@@ -159,7 +163,7 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 
 	if rs[0].steadyResyncs > 0 {
 		p("\n### Steady state (%d resyncs)\n\n", rs[0].steadyResyncs)
-		p("| proxies | calls/proxy/resync | verdict (≤ %g at N = %d) | one listing per node per poll interval: calls/proxy/resync | `/cluster/resources` listings | node listings | listing KiB/resync | listing KiB/proxy/resync | operator CPU s/resync | operator API requests/proxy/resync |\n",
+		p("| proxies | calls/proxy/resync | verdict (≤ %g at N = %d) | bound (one cluster listing per poll interval, one node listing per node per pause window): calls/proxy/resync | `/cluster/resources` listings | node listings | listing KiB/resync | listing KiB/proxy/resync | operator CPU s/resync | operator API requests/proxy/resync |\n",
 			targetSteadyCalls, targetSteadyN)
 		p("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range rs {

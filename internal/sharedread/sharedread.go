@@ -75,6 +75,22 @@ func (r *Read[T]) Get(ctx context.Context, notBefore time.Time) (T, time.Time, e
 	}
 }
 
+// Newest returns when the newest read started, the kept one or the one in
+// flight, and false when there is neither. A Get whose notBefore is no later
+// makes no read of its own; it lets a caller choose between sources by what
+// each would cost, without reading.
+func (r *Read[T]) Newest() (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.flight != nil && (!r.have || r.flight.started.After(r.at)):
+		return r.flight.started, true
+	case r.have:
+		return r.at, true
+	}
+	return time.Time{}, false
+}
+
 // run makes the read of f and keeps its answer unless a newer one is kept
 // or Invalidate came since f started.
 func (r *Read[T]) run(ctx context.Context, f *flight[T]) {

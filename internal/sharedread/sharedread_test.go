@@ -195,3 +195,45 @@ func TestBound(t *testing.T) {
 		}
 	}
 }
+
+// TestNewest: when the newest read started, kept or in flight, without
+// reading: none before the first read, the read in flight while it runs
+// (a Get no newer would join it), the kept one after, none after
+// Invalidate.
+func TestNewest(t *testing.T) {
+	src, clk := newSource(), &clock{t: time.Unix(1000, 0)}
+	r := New(src.read, Options{Now: clk.now})
+	type newest struct {
+		At time.Time
+		OK bool
+	}
+	look := func() newest { at, ok := r.Newest(); return newest{at, ok} }
+	read := func(v int) {
+		done := make(chan struct{})
+		go func() { _, _, _ = r.Get(context.Background(), clk.now()); close(done) }()
+		<-src.started
+		got := look()
+		if want := (newest{clk.now(), true}); got != want {
+			t.Errorf("Newest while a read is in flight = %+v, want %+v", got, want)
+		}
+		src.release <- v
+		<-done
+	}
+	var got []newest
+	got = append(got, look())
+	read(1)
+	got = append(got, look())
+	clk.add(time.Minute)
+	got = append(got, look())
+	read(2)
+	got = append(got, look())
+	r.Invalidate()
+	got = append(got, look())
+	want := []newest{{}, {time.Unix(1000, 0), true}, {time.Unix(1000, 0), true}, {time.Unix(1060, 0), true}, {}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Newest (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(2, src.count()); diff != "" {
+		t.Errorf("reads (-want +got): Newest reads nothing:\n%s", diff)
+	}
+}

@@ -153,7 +153,7 @@ func TestDeleteOfAGoneVMDeletesItsSeedEverywhere(t *testing.T) {
 }
 
 // TestGetSeesAPauseAfterReady: a VM paused after it ran with an address is
-// reported Stopped by the first Get of the same provider a poll interval
+// reported Stopped by the first Get of the same provider a pause window
 // after the pause, although the cluster-wide listing still shows it running
 // (F14: its node's listing with full=1 says paused), and Running again once
 // resumed.
@@ -163,26 +163,26 @@ func TestGetSeesAPauseAfterReady(t *testing.T) {
 	_, vmid, _, _ := parseID(id)
 	ready := h.runningOnClock(p, pass, id)
 	h.vmTask("pve1", vmid, "/status/suspend")
-	pass(2 * viewPoll)
+	pastThePauseWindow(pass)
 	inst, err := p.Get(h.ctx, id)
 	if err != nil || inst.State != provider.StateStopped {
 		t.Errorf("Get after a pause = %+v, %v; want Stopped (F14)", inst, err)
 	}
 	h.vmTask("pve1", vmid, "/status/resume")
-	pass(2 * viewPoll)
+	pastThePauseWindow(pass)
 	inst, err = p.Get(h.ctx, id)
 	if err != nil || inst.State != provider.StateRunning || inst.Address != ready.Address {
 		t.Errorf("Get after resume = %+v, %v; want Running at %s", inst, err, ready.Address)
 	}
 	// The economy: a Get of a running VM whose address is known, in a new
-	// poll interval, reads its node's listing and nothing else: no
-	// cluster-wide listing, no status read, no agent read.
+	// poll interval of the pause window, reads the cluster-wide listing
+	// and nothing else: no node listing, no status read, no agent read.
 	pass(2 * viewPoll)
 	h.sim.ResetCounters()
 	if _, err := p.Get(h.ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]int64{"GET /nodes/{node}/qemu": 1}, h.sim.Counters()); diff != "" {
+	if diff := cmp.Diff(map[string]int64{"GET /cluster/resources": 1}, h.sim.Counters()); diff != "" {
 		t.Errorf("calls of one Get (-want +got):\n%s", diff)
 	}
 }

@@ -12,53 +12,66 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// Get implements provider.Provider (the Get steps of docs/proxmox-behaviour.md). It judges a listed
-// running VM by its qmpstatus, so that a VM paused after it ran is seen by
-// every Get from one poll interval after the pause on (F14: the
-// cluster-wide listing shows a paused VM as running).
-// Everything comes cheap: a Get reads the view of its VM's node, the node
-// listing with full=1 (status, lock, name, uptime and qmpstatus of every VM
-// of the node), which is read at most once per poll interval and shared by
-// every Get of the node's VMs, like an informer's cache; the mark is read
-// once per VMID, and the agent's address is cached while the VM runs
-// without a restart (its uptime did not go down). So a Get of a running VM
-// costs no call of its own, and the steady state costs one listing per node
-// per poll interval whatever the number of VMs. The cluster-wide listing is
-// read only when the VM is not in its node's view (gone, migrated, or
-// created after the view was read) or the node cannot be listed, and
-// status/current only when neither listing can answer. A view read before
-// this process last changed the VM (a start, a stop) is never judged from:
-// the VM is Provisioning until a newer one shows it.
+// Get implements provider.Provider (the Get steps of docs/proxmox-behaviour.md).
+// Everything comes cheap: a Get reads one of two shared listings, each read
+// at most once per poll interval and shared by every Get that can use it,
+// like an informer's cache. The view of the VM's node (its VM list with
+// full=1: status, lock, name, uptime and, for a running VM, qmpstatus)
+// answers everything at once; the cluster-wide listing answers for every
+// node in one call, but shows a paused VM as running (F14), so a VM it
+// shows running takes its qmpstatus from a node view up to a pause window
+// (PauseViewIntervals poll intervals) old. A Get reads the cheaper one
+// (judgedByNodeView): the node's view when it is fresh anyway, when the one
+// kept is older than the pause window (a single read then answers the Get),
+// and for a VM this process changed within the window (being made, it is
+// looked at often); the cluster-wide listing otherwise. So the steady state
+// of many Proxies costs one cluster-wide listing per poll interval and one
+// node view per node per pause window, whatever the number of VMs, and that
+// of a few Proxies one node view per look; a VM stopped or destroyed behind
+// the operator's back is seen by every Get from one poll interval after the
+// change on, a paused one within the pause window. The mark is read once
+// per VMID, and the agent's address is cached while the VM runs without a
+// restart (its uptime did not go down), so a Get of a running VM costs no
+// call of its own; status/current is read only when no listing can answer.
+// A listing read before this process last changed the VM (a start, a stop)
+// is never judged from: the VM is Provisioning until a newer one shows it.
 func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, error) {
 	node, vmid, name, err := parseID(id)
 	if err != nil {
 		return provider.Instance{}, err
 	}
 	notBefore := p.now().Add(-p.poll())
-	view, at, nerr := p.nodeListing(ctx, node, notBefore)
-	if nerr != nil && ctx.Err() != nil {
-		return provider.Instance{}, classify("listing vms", nerr)
-	}
-	if nerr == nil {
-		if v, ok := findNodeVM(view, vmid); ok {
-			return p.judge(ctx, Resource{Type: "qemu", VMID: vmid, Name: v.Name, Node: node, Status: v.Status, Lock: v.Lock, Uptime: v.Uptime}, &v, at, name)
+	if p.judgedByNodeView(node, name) {
+		view, at, nerr := p.nodeListing(ctx, node, notBefore)
+		if nerr != nil && ctx.Err() != nil {
+			return provider.Instance{}, classify("listing vms", nerr)
 		}
-		if at.Before(p.changedAt(name)) {
-			// This process made the VM after the view was read: the next
-			// view shows it, and nothing is judged from this one.
-			return provider.Instance{ID: id, Name: name, Node: node, State: provider.StateProvisioning}, nil
+		if nerr == nil {
+			if v, ok := findNodeVM(view, vmid); ok {
+				return p.judge(ctx, Resource{Type: "qemu", VMID: vmid, Name: v.Name, Node: node, Status: v.Status, Lock: v.Lock, Uptime: v.Uptime}, &v, at, name)
+			}
+			if at.Before(p.changedAt(name)) {
+				// This process made the VM after the view was read: the next
+				// view shows it, and nothing is judged from this one.
+				return provider.Instance{ID: id, Name: name, Node: node, State: provider.StateProvisioning}, nil
+			}
+			// Not on its node: a cluster-wide listing no older than the view
+			// tells gone from migrated (or an LXC container at the VMID).
+			notBefore = at
+		} else {
+			logr.FromContextOrDiscard(ctx).V(1).Info("the node listing failed; reading the cluster-wide listing instead", "node", node, "vmid", vmid, "error", nerr.Error())
 		}
-		// Not on its node: a cluster-wide listing no older than the view
-		// tells gone from migrated (or an LXC container at the VMID).
-		notBefore = at
-	} else {
-		logr.FromContextOrDiscard(ctx).V(1).Info("the node listing failed; reading the cluster-wide listing instead", "node", node, "vmid", vmid, "error", nerr.Error())
 	}
 	list, at, err := p.listing(ctx, notBefore)
 	if err != nil {
 		return provider.Instance{}, classify("listing vms", err)
 	}
 	r, ok := find(list, vmid)
+	if !ok && at.Before(p.changedAt(name)) {
+		// This process made the VM after the listing was read: the next
+		// listing shows it, and nothing is judged from this one.
+		return provider.Instance{ID: id, Name: name, Node: node, State: provider.StateProvisioning}, nil
+	}
 	if last := p.listedAt(vmid); !ok && (last.IsZero() || !at.After(last)) {
 		// The cached listing may predate the VM: confirm before NotFound.
 		// (A listing newer than one that showed the VM does not: it is gone.)
@@ -74,9 +87,37 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	return p.judge(ctx, r, nil, at, name)
 }
 
+// PauseViewIntervals is the pause window in poll intervals: how old a
+// node's view may be when a running VM's qmpstatus is taken from it (F14)
+// in the steady state. One minute at the default poll interval: a paused
+// VM is Stopped within it (its proxy fails its probes meanwhile), and the
+// node views of a large steady state, whose answer costs the node a query
+// per running VM, are twelve times fewer than one per node per poll
+// interval.
+const PauseViewIntervals = 12
+
+// pauseWindow is when the pause window began.
+func (p *Provider) pauseWindow() time.Time {
+	return p.now().Add(-PauseViewIntervals * p.poll())
+}
+
+// judgedByNodeView says whether a Get of the VM name on node reads its
+// node's view rather than the cluster-wide listing: when the view is fresh
+// for the poll interval (read or being read: no call), when the newest one
+// is older than the pause window (one read then answers all of the Get,
+// where the cluster-wide listing would need a node view too), and when this
+// process changed the VM within the window (a VM being made is looked at
+// every poll interval, and its node's view shows its start as soon as any
+// listing can).
+func (p *Provider) judgedByNodeView(node, name string) bool {
+	at, ok := p.nodeRead(node).Newest()
+	window := p.pauseWindow()
+	return !ok || at.Before(window) || !at.Before(p.now().Add(-p.poll())) || p.changedAt(name).After(window)
+}
+
 // judge is Get of a listed VM: r from a listing read at at, and nv its
-// entry in its node's listing when r comes from there (nil when r comes
-// from the cluster-wide listing).
+// entry in its node's view when r comes from there (nil when r comes from
+// the cluster-wide listing).
 func (p *Provider) judge(ctx context.Context, r Resource, nv *NodeVM, at time.Time, name string) (provider.Instance, error) {
 	vmid := r.VMID
 	p.noteListed(vmid, at)
@@ -235,28 +276,36 @@ func (p *Provider) changedAt(name string) time.Time {
 }
 
 // runState is the run state of a VM the cluster-wide listing showed (read
-// at listed; the VM was not in its node's view); known is false when the
-// node listing that would answer is older than since (a start by this
-// process it cannot show yet). For a VM the cluster-wide listing shows
-// running, it is the VM's entry in its node's listing (which, with full=1,
-// carries qmpstatus), read at most once per poll interval for all VMs of
-// the node: a node listing newer than the cluster listing that shows the
-// VM stopped answers too. status/current is read instead when the VM is not
-// listed running with a qmpstatus there (the node listing predates a start
-// or a migration), when the node listing fails, and for a VM the
-// cluster-wide listing does not show running.
+// at listed); known is false when the node's view that would answer is
+// older than since (a start by this process it cannot show yet). For a VM
+// listed running it is the qmpstatus of the VM's entry in its node's view
+// (full=1, F14), read at most once per pause window for all VMs of the node
+// (once per poll interval while this process changed the VM within the
+// window), with the uptime of the cluster-wide listing; a view newer than
+// the cluster-wide listing that shows the VM stopped answers too.
+// status/current is read instead when the view does not show the VM
+// running with a qmpstatus (it predates a start or a migration behind the
+// operator's back) and when it fails, and for a VM the cluster-wide listing
+// does not show running.
 func (p *Provider) runState(ctx context.Context, r Resource, listed, since time.Time) (VMStatus, bool, error) {
 	if r.Status == "running" {
-		list, at, err := p.nodeListing(ctx, r.Node, p.now().Add(-p.poll()))
+		notBefore := p.pauseWindow()
+		if since.After(notBefore) {
+			// Changed by this process within the window (a create, a
+			// start): the node listing of the poll interval, as for
+			// everything else, so that its start is seen as soon as a
+			// listing can show it.
+			notBefore = p.now().Add(-p.poll())
+		}
+		list, at, err := p.nodeListing(ctx, r.Node, notBefore)
 		switch {
 		case err == nil && at.Before(since):
 			return VMStatus{}, false, nil
 		case err == nil:
-			for _, v := range list {
+			if v, ok := findNodeVM(list, r.VMID); ok {
 				switch {
-				case v.VMID != r.VMID:
 				case v.Status == "running" && v.QMPStatus != "":
-					return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: v.Uptime, Lock: v.Lock}, true, nil
+					return VMStatus{Status: v.Status, QMPStatus: v.QMPStatus, Uptime: r.Uptime, Lock: r.Lock}, true, nil
 				case v.Status == "stopped" && !at.Before(listed):
 					// Stopped since the cluster listing was read (a Delete
 					// stopping it): the newer node listing says so.

@@ -53,8 +53,9 @@ type Provider struct {
 	names   keyedlock.Locker
 
 	// The shared reads: the cluster-wide listing and, by node, the node
-	// listings, the views that serve every Get of the node's VMs for a
-	// poll interval (Get). listMu guards the maps.
+	// listings (views), each serving every Get that can use it for a poll
+	// interval, a view also giving the qmpstatus of the node's running VMs
+	// for a pause window (Get). listMu guards the maps.
 	vms     *sharedread.Read[[]Resource]
 	listMu  sync.Mutex
 	nodeVMs map[string]*sharedread.Read[[]NodeVM]
@@ -214,9 +215,9 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 
 // listing returns /cluster/resources?type=vm read at or after notBefore,
 // and when that read started. One read is shared by every caller that wants
-// it (ListByTag, Check, Create, Delete, and Get of a VM its node's view
-// does not show), so that the creates and deletes in flight cost one call
-// per poll interval for all instances of the entry.
+// it (Get, ListByTag, Check, Create and Delete), so that the Gets of the
+// steady state and the creates and deletes in flight cost one call per poll
+// interval for all instances of the entry.
 func (p *Provider) listing(ctx context.Context, notBefore time.Time) ([]Resource, time.Time, error) {
 	return p.vms.Get(ctx, notBefore)
 }
@@ -247,18 +248,23 @@ func (p *Provider) markDone(name, kind string) {
 }
 
 // nodeListing returns /nodes/{node}/qemu?full=1 read at or after notBefore,
-// shared like the cluster-wide listing: the node's view, which Get judges
-// its VMs from (with full=1 each running VM carries its qmpstatus, which the
-// cluster-wide listing lacks, F14).
+// shared like the cluster-wide listing: the node's view, which Get takes a
+// running VM's qmpstatus from (with full=1 each running VM carries it, and
+// the cluster-wide listing lacks it, F14).
 func (p *Provider) nodeListing(ctx context.Context, node string, notBefore time.Time) ([]NodeVM, time.Time, error) {
+	return p.nodeRead(node).Get(ctx, notBefore)
+}
+
+// nodeRead is the shared read of a node's listing.
+func (p *Provider) nodeRead(node string) *sharedread.Read[[]NodeVM] {
 	p.listMu.Lock()
+	defer p.listMu.Unlock()
 	s, ok := p.nodeVMs[node]
 	if !ok {
 		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }, sharedread.Options{Now: p.now})
 		p.nodeVMs[node] = s
 	}
-	p.listMu.Unlock()
-	return s.Get(ctx, notBefore)
+	return s
 }
 
 // cachedListing is the listing at most one poll interval old.

@@ -366,9 +366,10 @@ func total(c map[string]int64) int64 {
 // TestAPIEconomy counts API calls with the simulator's counters: Get and
 // ListByTag share one cluster-wide listing per poll interval, Get reads the
 // VM's qmpstatus (F14: a pause shows only there) from its node's listing,
-// also shared, and a Running VM's address is cached until its uptime goes
-// down: no call of a Get's own, only shares of the two listings (known
-// limits in docs/proxmox-behaviour.md: four calls per Get).
+// also shared (once per pause window in the steady state), and a Running
+// VM's address is cached until its uptime goes down: no call of a Get's
+// own, only shares of the two listings (known limits in
+// docs/proxmox-behaviour.md: four calls per Get).
 func TestAPIEconomy(t *testing.T) {
 	const proxies = 4
 	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(50 * time.Millisecond) })
@@ -410,9 +411,9 @@ func TestAPIEconomy(t *testing.T) {
 	// Shared: fewer listings of either kind than Gets (one per poll
 	// interval; not counted exactly, since a loaded machine stretches a
 	// resync over several intervals:
-	// TestNodeViewServesEveryGetWithinThePollInterval counts them with a
-	// clock of its own), and nothing else. The cluster-wide listing is
-	// ListByTag's: Gets of VMs their nodes' views show do not read it.
+	// TestListingServesEveryGetWithinThePollInterval counts them with a
+	// clock of its own), and nothing else. The cluster-wide listing of a
+	// resync serves its Gets and its ListByTag alike.
 	listings, nodeListings := c["GET /cluster/resources"], c["GET /nodes/{node}/qemu"]
 	if listings >= resyncs*proxies || nodeListings >= resyncs*proxies || steady != listings+nodeListings {
 		t.Errorf("%d calls for %d resyncs of %d proxies (%.2f per proxy per resync): %v; want both listings shared and nothing else",

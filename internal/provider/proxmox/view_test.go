@@ -16,8 +16,8 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
-// viewPoll is the poll interval of the view tests: far longer than a test
-// runs, so that only the test's clock (moved by pass) ages a view.
+// viewPoll is the poll interval of the listing tests: far longer than a test
+// runs, so that only the test's clock (moved by pass) ages a listing.
 const viewPoll = time.Hour
 
 // clockedProvider builds a provider on the harness's entry (with viewPoll
@@ -35,7 +35,7 @@ func clockedProvider(t *testing.T) (*harness, *Provider, func(time.Duration)) {
 }
 
 // runningOnClock is harness.running for a clocked provider: each look comes
-// a poll interval after the previous one, so that it reads a new view.
+// a poll interval after the previous one, so that it reads a new listing.
 func (h *harness) runningOnClock(p *Provider, pass func(time.Duration), id provider.ID) provider.Instance {
 	h.t.Helper()
 	var inst provider.Instance
@@ -63,13 +63,22 @@ func (h *harness) vmTask(node string, vmid int, path string) {
 	h.waitTask(c, node, upid)
 }
 
-// TestNodeViewServesEveryGetWithinThePollInterval: within one poll
-// interval, every Get of the VMs of a node, concurrent or one after the
-// other, of different VMs or of the same one, is served by one read of the
-// node's listing and costs nothing else: not the cluster-wide listing, not
-// a status read. That is what makes the steady state cost one listing per
-// node per poll interval whatever the number of Proxies.
-func TestNodeViewServesEveryGetWithinThePollInterval(t *testing.T) {
+// pastThePauseWindow moves the clock past the pause window, so that the
+// VMs made so far are in the steady state (not changed by this process
+// within the window) and the next Get of a running VM reads its node's
+// listing anew.
+func pastThePauseWindow(pass func(time.Duration)) { pass((PauseViewIntervals + 1) * viewPoll) }
+
+// TestListingServesEveryGetWithinThePollInterval: within one poll
+// interval, every Get of the steady state, concurrent or one after the
+// other, of different VMs or of the same one, is served by one read: the
+// node's view when the one kept is older than the pause window (it answers
+// everything), the cluster-wide listing otherwise, with the qmpstatus
+// (F14) from the view of the window. Not a listing per Get, not a status
+// read. That is what makes the steady state cost one listing per poll
+// interval (and one view per node per pause window) whatever the number of
+// Proxies.
+func TestListingServesEveryGetWithinThePollInterval(t *testing.T) {
 	const vms = 3
 	h, p, pass := clockedProvider(t)
 	ids := make([]provider.ID, vms)
@@ -80,18 +89,24 @@ func TestNodeViewServesEveryGetWithinThePollInterval(t *testing.T) {
 	for _, id := range ids {
 		addrs[id] = h.runningOnClock(p, pass, id).Address.String()
 	}
-	oneView := map[string]int64{"GET /nodes/{node}/qemu": 1}
+	pastThePauseWindow(pass)
+	listing := map[string]int64{"GET /cluster/resources": 1}
+	view := map[string]int64{"GET /nodes/{node}/qemu": 1}
 	for _, tc := range []struct {
 		name, reason string
+		pass         time.Duration // before the Gets
 		concurrent   bool
 		rounds       int // Gets of each VM
+		want         map[string]int64
 	}{
-		{"sequential, each VM once", "the first Get reads the view, the others find it kept", false, 1},
-		{"sequential, each VM five times", "a Get of a VM already judged from the view is served by it too (no read per Get of the same VM)", false, 5},
-		{"concurrent, each VM four times", "Gets that overlap share the one read in flight, the later ones find it kept", true, 4},
+		{"past the pause window", "the node's view is older than the window: the first Get reads it, which answers everything, and the others find it kept", 0, false, 1, view},
+		{"a new poll interval, each VM once", "the first Get reads the cluster-wide listing, and the node's view of the window still gives the qmpstatus", 2 * viewPoll, false, 1, listing},
+		{"a new poll interval, each VM five times", "a Get of a VM already judged from the listing is served by it too (no read per Get of the same VM)", 2 * viewPoll, false, 5, listing},
+		{"a new poll interval, each VM four times at once", "Gets that overlap share the one read in flight, the later ones find it kept", 2 * viewPoll, true, 4, listing},
+		{"past the pause window again, at once", "overlapping Gets share the node's read in flight", (PauseViewIntervals + 1) * viewPoll, true, 4, view},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pass(2 * viewPoll) // a new interval: the view is stale
+			pass(tc.pass)
 			h.sim.ResetCounters()
 			get := func(id provider.ID) string {
 				inst, err := p.Get(h.ctx, id)
@@ -127,7 +142,7 @@ func TestNodeViewServesEveryGetWithinThePollInterval(t *testing.T) {
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("Gets (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(oneView, h.sim.Counters()); diff != "" {
+			if diff := cmp.Diff(tc.want, h.sim.Counters()); diff != "" {
 				t.Errorf("calls of %d Gets of %d VMs in one poll interval (-want +got) (%s):\n%s", tc.rounds*vms, vms, tc.reason, diff)
 			}
 		})
@@ -137,7 +152,7 @@ func TestNodeViewServesEveryGetWithinThePollInterval(t *testing.T) {
 	// cluster-wide listing, then the node again for the qmpstatus (F14),
 	// and the others share that second read.
 	t.Run("failed node listing", func(t *testing.T) {
-		pass(2 * viewPoll)
+		pastThePauseWindow(pass)
 		h.sim.ResetCounters()
 		h.sim.FailNext(http.MethodGet, "/nodes/{node}/qemu", 1, http.StatusInternalServerError, "node listing broken")
 		for _, id := range ids {
@@ -152,25 +167,33 @@ func TestNodeViewServesEveryGetWithinThePollInterval(t *testing.T) {
 	})
 }
 
-// TestNodeViewNoticesAChangeBehindTheOperatorsBackWithinOnePollInterval: a
-// VM stopped, paused or destroyed by someone else is reported so by every
-// Get from one poll interval after the change on, although the view kept
-// from before the change still serves the Gets that come sooner.
-func TestNodeViewNoticesAChangeBehindTheOperatorsBackWithinOnePollInterval(t *testing.T) {
+// TestGetNoticesAChangeBehindTheOperatorsBack: a VM stopped or destroyed
+// by someone else is reported so by every Get from one poll interval after
+// the change on (the cluster-wide listing shows it), and a paused one from
+// one pause window after the pause on (only its node's listing shows it,
+// F14); until then the listings kept from before the change serve the Gets
+// that come sooner, with no call of their own.
+func TestGetNoticesAChangeBehindTheOperatorsBack(t *testing.T) {
 	h, p, pass := clockedProvider(t)
 	for i, tc := range []struct {
 		name, reason string
 		change       func(node string, vmid int)
-		want         string // after one poll interval
+		within       time.Duration // after the change
+		want         string
 	}{
-		{"stopped", "F14: a stopped VM is listed stopped", func(node string, vmid int) { h.vmTask(node, vmid, "/status/stop") }, string(provider.StateStopped)},
-		{"paused", "F14: a paused VM is listed running, with qmpstatus paused in its node's listing (full=1)", func(node string, vmid int) { h.vmTask(node, vmid, "/status/suspend") }, string(provider.StateStopped)},
-		{"destroyed", "F2: gone from its node's listing and from the cluster-wide one", func(node string, vmid int) { h.destroyBehindOurBack(node, vmid) }, "NotFound"},
+		{"stopped", "F14: a stopped VM is listed stopped", func(node string, vmid int) { h.vmTask(node, vmid, "/status/stop") },
+			viewPoll, string(provider.StateStopped)},
+		{"destroyed", "F2: gone from the cluster-wide listing", func(node string, vmid int) { h.destroyBehindOurBack(node, vmid) },
+			viewPoll, "NotFound"},
+		{"paused", "F14: a paused VM is listed running, with qmpstatus paused in its node's listing (full=1)", func(node string, vmid int) { h.vmTask(node, vmid, "/status/suspend") },
+			PauseViewIntervals * viewPoll, string(provider.StateStopped)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := h.create(p, h.request("uid-back-"+strconv.Itoa(i), fmt.Sprintf("proxy-back%012d", i)))
 			node, vmid, _, _ := parseID(id)
 			ready := h.runningOnClock(p, pass, id)
+			pastThePauseWindow(pass)
+			h.runningOnClock(p, pass, id) // both listings read, and kept
 			state := func() string {
 				t.Helper()
 				inst, err := p.Get(h.ctx, id)
@@ -187,44 +210,51 @@ func TestNodeViewNoticesAChangeBehindTheOperatorsBackWithinOnePollInterval(t *te
 			h.sim.ResetCounters()
 			pass(viewPoll / 2)
 			if got := state(); got != string(provider.StateRunning) {
-				t.Errorf("within the poll interval: %s, want Running from the kept view (%s)", got, ready.Address)
+				t.Errorf("within the poll interval: %s, want Running from the kept listings (%s)", got, ready.Address)
 			}
 			if diff := cmp.Diff(map[string]int64{}, h.sim.Counters()); diff != "" {
 				t.Errorf("calls of a Get within the poll interval (-want +got):\n%s", diff)
 			}
-			pass(changedAt.Add(viewPoll).Sub(p.now()))
+			pass(changedAt.Add(tc.within).Sub(p.now()))
 			if got := state(); got != tc.want {
-				t.Errorf("one poll interval after the change: %s, want %s (%s)", got, tc.want, tc.reason)
+				t.Errorf("%s after the change: %s, want %s (%s)", tc.within, got, tc.want, tc.reason)
 			}
 		})
 	}
 }
 
-// TestNodeViewIsNotJudgedOlderThanTheOperatorsOwnWrite: after this process
-// started, stopped or created a VM, a Get is never judged from a view read
-// before that write, however fresh the view is by the poll interval: it
-// says Provisioning until a newer view shows the VM. Judged from the old
-// view, a VM this process just started would be Stopped (and replaced), a
-// VM it is deleting would be Running.
-func TestNodeViewIsNotJudgedOlderThanTheOperatorsOwnWrite(t *testing.T) {
+// TestGetIsNotJudgedFromListingsOlderThanTheOperatorsOwnWrite: after this
+// process started, stopped or created a VM, a Get is never judged from a
+// listing read before that write, however fresh it is by the poll
+// interval: it says Provisioning until a newer listing shows the VM. Judged
+// from the old listings, a VM this process just started would be Stopped
+// (and replaced), a VM it is deleting would be Running.
+func TestGetIsNotJudgedFromListingsOlderThanTheOperatorsOwnWrite(t *testing.T) {
 	h, p, pass := clockedProvider(t)
 	other := h.create(p, h.request("uid-own-other", "proxy-ownother0000001"))
 	h.runningOnClock(p, pass, other)
+	// readView starts a new poll interval with a look at other, and with
+	// every node's view read in it.
 	readView := func() {
 		t.Helper()
 		pass(2 * viewPoll)
 		if _, err := p.Get(h.ctx, other); err != nil {
 			t.Fatal(err)
 		}
+		for _, node := range p.block.Nodes() {
+			if _, _, err := p.nodeListing(h.ctx, node, p.now().Add(-viewPoll)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	for _, tc := range []struct {
 		name, reason string
-		// write does the operator's own write, with the view of the node
+		// write does the operator's own write, with the listings
 		// read before it, and returns the VM's ID.
 		write func() provider.ID
 		calls map[string]int64 // of the Get after the write; nil: not counted
 	}{
-		{"own start", "the view (read after the config write, before the start) shows the VM stopped", func() provider.ID {
+		{"own start", "the listing (read after the config write, before the start) shows the VM stopped", func() provider.ID {
 			req := h.request("uid-own-start", "proxy-ownstart0000001")
 			var id provider.ID
 			h.eventually("create "+req.Name, func() bool {
@@ -242,13 +272,17 @@ func TestNodeViewIsNotJudgedOlderThanTheOperatorsOwnWrite(t *testing.T) {
 			})
 			return id
 		}, map[string]int64{}},
-		{"own create", "the view (read before the clone) does not show the VM at all", func() provider.ID {
+		{"own create", "the listing (read before the clone) does not show the VM at all", func() provider.ID {
 			readView()
 			return h.create(p, h.request("uid-own-create", "proxy-owncreate000001"))
 		}, map[string]int64{}},
-		{"own stop", "the view (read before Delete's stop) shows the VM running", func() provider.ID {
+		{"own stop", "the node's listing (read before Delete's stop) shows the VM running", func() provider.ID {
 			id := h.create(p, h.request("uid-own-stop", "proxy-ownstop00000001"))
 			h.runningOnClock(p, pass, id)
+			node, _, _, _ := parseID(id)
+			if _, _, err := p.nodeListing(h.ctx, node, p.now()); err != nil {
+				t.Fatal(err)
+			}
 			if err := p.Delete(h.ctx, id); !provider.IsInProgress(err) || !strings.HasPrefix(err.Error(), "stopping VM") {
 				t.Fatalf("Delete = %v, want InProgress stopping the VM", err)
 			}
