@@ -151,8 +151,10 @@ func (r *results) gatewayVerdict(i int, gw measurement) string {
 		// not depend on how the CPU was shared.
 		parts = append(parts, fmt.Sprintf("per CPU second %.2f×", (float64(gw.bytes)/gw.cpu)/(float64(ref.bytes)/ref.cpu)))
 	}
-	if c := cpuPerRequest(gw, ref, "the forward proxy's"); c != "" && sc.connect {
-		parts = append(parts, c)
+	if sc.connect {
+		if c := cpuPerRequest(gw, ref, "the forward proxy's"); c != "" {
+			parts = append(parts, c)
+		}
 	}
 	if hasPC {
 		ratio := gw.rps() / pc.scenarios[i].rps()

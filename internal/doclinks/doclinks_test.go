@@ -81,21 +81,45 @@ func anchors(text string) map[string]bool {
 	return out
 }
 
-// brokenLinks returns the relative links of the document at rel (under
+// checker finds broken links; it reads each document's anchors once,
+// however many links point into it.
+type checker struct {
+	root    string
+	anchors map[string]map[string]bool // by file
+}
+
+func newChecker(root string) *checker {
+	return &checker{root: root, anchors: map[string]map[string]bool{}}
+}
+
+// anchorsOf returns the fragments file defines.
+func (c *checker) anchorsOf(file string) (map[string]bool, error) {
+	if a, ok := c.anchors[file]; ok {
+		return a, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	c.anchors[file] = anchors(string(b))
+	return c.anchors[file], nil
+}
+
+// brokenLinks returns the relative links of the document at rel (under the
 // root) that name no file, or a fragment that file does not define.
-func brokenLinks(root, rel string, read func(string) (string, error)) ([]string, error) {
-	text, err := read(filepath.Join(root, rel))
+func (c *checker) brokenLinks(rel string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(c.root, rel))
 	if err != nil {
 		return nil, err
 	}
 	var bad []string
-	for _, m := range link.FindAllStringSubmatch(withoutCode(text), -1) {
+	for _, m := range link.FindAllStringSubmatch(withoutCode(string(b)), -1) {
 		target := m[1]
 		if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 			continue
 		}
 		path, frag, _ := strings.Cut(target, "#")
-		file := filepath.Join(root, rel)
+		file := filepath.Join(c.root, rel)
 		if path != "" {
 			file = filepath.Join(filepath.Dir(file), path)
 		}
@@ -106,20 +130,15 @@ func brokenLinks(root, rel string, read func(string) (string, error)) ([]string,
 		if frag == "" || !strings.HasSuffix(file, ".md") {
 			continue
 		}
-		other, err := read(file)
+		defined, err := c.anchorsOf(file)
 		if err != nil {
 			return nil, err
 		}
-		if !anchors(other)[frag] {
+		if !defined[frag] {
 			bad = append(bad, target+": no such heading or anchor")
 		}
 	}
 	return bad, nil
-}
-
-func readFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	return string(b), err
 }
 
 // TestDocumentationLinks: a renamed heading or a moved file breaks the
@@ -129,8 +148,9 @@ func TestDocumentationLinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := newChecker(root)
 	for _, doc := range documents(t, root) {
-		bad, err := brokenLinks(root, doc, readFile)
+		bad, err := c.brokenLinks(doc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +196,7 @@ func TestBrokenLinksAreFound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := brokenLinks(root, "README.md", readFile)
+	got, err := newChecker(root).brokenLinks("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
