@@ -178,6 +178,8 @@ type env struct {
 	o          options
 	k8s        client.Client
 	k8sWatch   client.WithWatch
+	benchCfg   *rest.Config // the bench's own, not rate limited
+	scheme     *kruntime.Scheme
 	dir        string
 	kubeconfig string
 	pvesim     string
@@ -226,6 +228,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	// The bench's own client must not be what limits the figures.
 	benchCfg := rest.CopyConfig(restCfg)
 	benchCfg.QPS, benchCfg.Burst = -1, 0
+	e.benchCfg, e.scheme = benchCfg, scheme
 	if e.k8s, err = client.New(benchCfg, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("building a client: %w", err)
 	}
@@ -292,7 +295,8 @@ type world struct {
 	entry   string
 	zones   []string
 	dir     string
-	kubelet func() // stops the bench's kubelet (kubernetes)
+	kubelet func()       // stops the bench's kubelet (kubernetes)
+	proxies *proxyCounts // the bench's informer of the Proxies of ns
 }
 
 func (e *env) newWorld(ctx context.Context, n int) (*world, error) {
@@ -335,6 +339,10 @@ func (e *env) newWorld(ctx context.Context, n int) (*world, error) {
 		w.close()
 		return nil, err
 	}
+	if w.proxies, err = watchProxies(ctx, e.benchCfg, e.scheme, w.ns); err != nil {
+		w.close()
+		return nil, err
+	}
 	return w, nil
 }
 
@@ -348,6 +356,9 @@ func (e *env) namespace(ctx context.Context, prefix string) (string, error) {
 }
 
 func (w *world) close() {
+	if w.proxies != nil {
+		w.proxies.close()
+	}
 	if w.op != nil {
 		w.op.stop()
 	}
@@ -377,7 +388,8 @@ type result struct {
 	n                      int
 	create, steady, delete phase
 	steadyResyncs          int
-	op, sim, api, etcd     procStats // with all N Ready
+	instanceAt, readyAt    []time.Duration // per Proxy, from the first Create call, sorted
+	op, sim, api, etcd     procStats       // with all N Ready
 	heap                   memStats
 }
 
@@ -467,7 +479,7 @@ func (e *env) benchOne(ctx context.Context, n int) (result, error) {
 	// so that its calls (per node, not per proxy) stay out of the figures.
 	// A dry-run create warms the API server's create path (the first Proxy
 	// create otherwise took about 2 s), so that it stays out of the timing.
-	if err := waitFor(ctx, time.Minute, 1, func() (bool, string, error) {
+	if err := waitFor(ctx, time.Minute, func() (bool, string, error) {
 		if w.sim == nil { // kubernetes: the operator's caches are up
 			c, err := w.op.apiCalls(ctx)
 			return err == nil && c["WATCH proxies"] > 0, "waiting for the operator's caches", err
@@ -500,8 +512,8 @@ func (e *env) benchOne(ctx context.Context, n int) (result, error) {
 	}
 	objectsTook := time.Since(m.at)
 	e.say("%d proxies: created in %s, waiting for all Ready", n, objectsTook.Round(time.Millisecond))
-	if err := waitFor(ctx, o.timeout, n, func() (bool, string, error) {
-		ready, total, err := e.countReady(ctx, w.ns)
+	if err := waitFor(ctx, o.timeout, func() (bool, string, error) {
+		ready, total, err := w.proxies.count(ctx)
 		// The operator's RSS on the way, so that a run cut short still
 		// tells how its memory grew.
 		st, _ := readProc(w.op.pid())
@@ -513,6 +525,7 @@ func (e *env) benchOne(ctx context.Context, n int) (result, error) {
 		return r, err
 	}
 	r.create.objectsTook = objectsTook
+	r.instanceAt, r.readyAt = w.proxies.spread(m.at)
 	e.say("%d proxies: all Ready after %s, %d provider API calls, %d API server requests, operator CPU %.1f s", n, r.create.took.Round(time.Millisecond),
 		sum(r.create.simCalls), sum(r.create.apiCalls), r.create.opCPU)
 
@@ -532,7 +545,7 @@ func (e *env) benchOne(ctx context.Context, n int) (result, error) {
 			return r, err
 		}
 		r.steadyResyncs = o.resyncs
-		ready, total, err := e.countReady(ctx, w.ns)
+		ready, total, err := w.proxies.count(ctx)
 		if err != nil {
 			return r, fmt.Errorf("after the steady-state window: %w", err)
 		}
@@ -561,8 +574,8 @@ func (e *env) benchOne(ctx context.Context, n int) (result, error) {
 	}); err != nil {
 		return r, err
 	}
-	if err := waitFor(ctx, o.timeout, n, func() (bool, string, error) {
-		_, total, err := e.countReady(ctx, w.ns)
+	if err := waitFor(ctx, o.timeout, func() (bool, string, error) {
+		_, total, err := w.proxies.count(ctx)
 		return total == 0, fmt.Sprintf("%d proxies left", total), err
 	}); err != nil {
 		return r, err
@@ -660,24 +673,11 @@ func newProxy(ns, name, entry, zone string) *crawlv1alpha1.Proxy {
 	return &crawlv1alpha1.Proxy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
 }
 
-func (e *env) countReady(ctx context.Context, ns string) (ready, total int, err error) {
-	var list crawlv1alpha1.ProxyList
-	if err := e.k8s.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return 0, 0, fmt.Errorf("listing proxies: %w", err)
-	}
-	for _, p := range list.Items {
-		if p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.DeletionTimestamp == nil {
-			ready++
-		}
-	}
-	return ready, len(list.Items), nil
-}
-
-// waitFor checks cond until it holds, every 50ms for one proxy and less
-// often for many (listing a thousand objects is not free on two cores),
-// printing its progress every few seconds.
-func waitFor(ctx context.Context, timeout time.Duration, n int, cond func() (bool, string, error)) error {
-	every := max(50*time.Millisecond, time.Duration(n)*time.Millisecond/4)
+// waitFor checks cond every 50ms until it holds, printing its progress
+// every few seconds. The conditions read the bench's informer or the
+// simulator's counters, not a listing from the API server.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() (bool, string, error)) error {
+	const every = 50 * time.Millisecond
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(every)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -88,6 +89,16 @@ func top(c map[string]int64, k int) []kv {
 	return out
 }
 
+// atQuantile is the q-quantile of sorted (nearest rank) in seconds, or a
+// dash when there is none.
+func atQuantile(sorted []time.Duration, q float64) string {
+	if len(sorted) == 0 {
+		return "-"
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return fmt.Sprintf("%.1f", sorted[min(max(i, 0), len(sorted)-1)].Seconds())
+}
+
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
 // verdict is "ratio×, met" or "ratio×, not met" for a figure whose target
@@ -147,6 +158,15 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 			r.create.objectsTook.Round(time.Millisecond), r.create.took.Round(time.Millisecond), ideal.Round(time.Millisecond), ratio, v,
 			r.create.opCPU/n, r.delete.opCPU/n, (r.create.opCPU+r.delete.opCPU)/n, r.create.opCPU/r.create.took.Seconds(),
 			orDash(sim, "%.1f", r.create.simCPU), r.create.controlCPU, r.delete.took.Round(time.Millisecond))
+	}
+
+	p("\n### How the creates spread (seconds from the first Create call, as the bench's informer saw them)\n\n")
+	p("| proxies | instance recorded: p50 | p90 | max | Ready: first | p50 | p90 | p99 | max |\n")
+	p("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range rs {
+		i, rd := r.instanceAt, r.readyAt
+		p("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.n, atQuantile(i, 0.5), atQuantile(i, 0.9), atQuantile(i, 1),
+			atQuantile(rd, 0), atQuantile(rd, 0.5), atQuantile(rd, 0.9), atQuantile(rd, 0.99), atQuantile(rd, 1))
 	}
 
 	p("\n### Memory with all N Ready (MiB)\n\n")

@@ -28,3 +28,33 @@ func TestSteadyBound(t *testing.T) {
 		t.Errorf("the design's bound at %d Proxies is %g, over the target %g", targetSteadyN, got, targetSteadyCalls)
 	}
 }
+
+// TestAtQuantile: the spread table reads nearest-rank quantiles, so that
+// the max is the last Proxy's time and p50 of an even count is a real
+// Proxy's time, not an average of two.
+func TestAtQuantile(t *testing.T) {
+	s := func(secs ...int) []time.Duration {
+		d := make([]time.Duration, len(secs))
+		for i, v := range secs {
+			d[i] = time.Duration(v) * time.Second
+		}
+		return d
+	}
+	for _, tc := range []struct {
+		why    string
+		sorted []time.Duration
+		q      float64
+		want   string
+	}{
+		{"nothing seen is a dash, not zero", nil, 0.5, "-"},
+		{"q 0 is the first", s(3, 5, 9), 0, "3.0"},
+		{"the max is the last", s(3, 5, 9), 1, "9.0"},
+		{"p50 of an even count is the lower middle", s(1, 2, 3, 4), 0.5, "2.0"},
+		{"p90 of ten is the ninth", s(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.9, "9.0"},
+		{"p99 of ten is the tenth", s(1, 2, 3, 4, 5, 6, 7, 8, 9, 10), 0.99, "10.0"},
+	} {
+		if got := atQuantile(tc.sorted, tc.q); got != tc.want {
+			t.Errorf("%s: atQuantile(%v, %g) = %s, want %s", tc.why, tc.sorted, tc.q, got, tc.want)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func startSim(ctx context.Context, bin, dir string, speed float64) (*simProcess,
 		return nil, fmt.Errorf("starting pvesim: %w", err)
 	}
 	go func() { s.done <- s.cmd.Wait() }()
-	err := waitFor(ctx, 30*time.Second, 1, func() (bool, string, error) {
+	err := waitFor(ctx, 30*time.Second, func() (bool, string, error) {
 		select {
 		case err := <-s.done:
 			s.done <- err

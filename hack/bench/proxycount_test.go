@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
+)
+
+// TestProxyCountsFollowTheAPIServer checks the bench's informer against a
+// real API server: what it counts as Ready is what convergence is timed
+// by, so a Proxy of another namespace, one not yet Ready and one being
+// deleted must not count, and a change must show without a new list.
+func TestProxyCountsFollowTheAPIServer(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if testing.Short() {
+			t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
+		}
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, which builds kube-apiserver and etcd")
+	}
+	root, err := modroot.Find()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := kruntime.NewScheme()
+	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
+		t.Fatal(err)
+	}
+	te := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true, Scheme: scheme}
+	cfg, err := te.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = te.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, ns := range []string{"counted", "other"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ready := func(ns, name string, finalizer bool) *crawlv1alpha1.Proxy {
+		t.Helper()
+		p := newProxy(ns, name, "lab", "zone-a")
+		if finalizer {
+			p.Finalizers = []string{"bench.test/hold"}
+		}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Phase = crawlv1alpha1.ProxyPhaseReady
+		if err := c.Status().Update(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ready("other", "elsewhere", false)
+	ready("counted", "ready", false)
+	leaving := ready("counted", "leaving", true)
+	if err := c.Create(ctx, newProxy("counted", "booting", "lab", "zone-a")); err != nil {
+		t.Fatal(err)
+	}
+
+	pc, err := watchProxies(ctx, cfg, scheme, "counted")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.close()
+	type counts struct{ Ready, Total int }
+	// The informer follows a watch: wait for it to see what was written.
+	waitCounts := func(want counts) {
+		t.Helper()
+		var got counts
+		err := waitFor(ctx, time.Minute, func() (bool, string, error) {
+			var err error
+			got.Ready, got.Total, err = pc.count(ctx)
+			return got == want, "", err
+		})
+		if err != nil {
+			t.Fatalf("counts (-want +got):\n%s", cmp.Diff(want, got))
+		}
+	}
+	waitCounts(counts{Ready: 2, Total: 3})
+
+	if err := c.Delete(ctx, leaving); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(counts{Ready: 1, Total: 3}) // held by its finalizer, not Ready any more
+}
