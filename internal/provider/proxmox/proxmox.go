@@ -83,6 +83,12 @@ type Provider struct {
 	// tag: ListByTag reports them from here, so that a Proxy deleted in
 	// the middle of its create still finds its VM.
 	creating map[string]creatingVM
+	// claims is, by VMID, the name of the Create of this process that
+	// chose the VMID for its clone, from the choice until that Create is
+	// over (clearName) or its clone was not sent. Another Create of this
+	// process skips a claimed VMID: its unnamed VM (F8) is known not to be
+	// this one's, and two Creates never race for one VMID (F4).
+	claims map[int]string
 	// seeds is, by VMID, what is known of the VM's seed.
 	seeds map[int]seedState
 	// changed is, by name, when this process last changed the instance or
@@ -181,7 +187,7 @@ func New(o Options) (*Provider, error) {
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},
 		tasks: map[string]pending{}, done: map[string]bool{}, waits: map[string]time.Time{},
 		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
-		creating: map[string]creatingVM{}, seeds: map[int]seedState{},
+		creating: map[string]creatingVM{}, claims: map[int]string{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
 	}
 	p.started = p.now()
@@ -397,6 +403,11 @@ func (p *Provider) clearName(name string) {
 		p.dropTask(name, t)
 	}
 	delete(p.creating, name)
+	for vmid, n := range p.claims {
+		if n == name {
+			delete(p.claims, vmid)
+		}
+	}
 	for k := range p.done {
 		if strings.HasPrefix(k, name+"/") {
 			delete(p.done, k)
@@ -481,17 +492,27 @@ func (p *Provider) taskState(ctx context.Context, ref taskRef, at time.Time) (Ta
 }
 
 // untilNextListing is how long a step whose task was still running in a
-// task list read at read waits before it looks again: until that list may
-// be read anew (one poll interval after read, and a little more so that
-// the list is then stale), not a whole interval from now. A list read just
-// now gives the whole interval, as before; one read seconds ago for
-// another instance's step gives the rest of it, so that a task that ended
-// meanwhile is seen at the next list rather than the one after (at 1000
-// creates in flight, that was two extra rounds per create).
+// task list read at read waits before it looks again: until a relook
+// interval after that read, and a little more so that the list is then
+// stale, not a whole interval from now. One read seconds ago for another
+// instance's step gives the rest of it, so that a task that ended
+// meanwhile is seen at the next list rather than the one after.
 func (p *Provider) untilNextListing(read time.Time) time.Duration {
-	d := read.Add(p.poll() + p.poll()/20).Sub(p.now())
-	return min(max(d, p.poll()/10), p.poll())
+	d := read.Add(p.relook() + p.poll()/20).Sub(p.now())
+	return min(max(d, p.poll()/10), p.relook()+p.poll()/20)
 }
+
+// relook is how often a node's task list may be read again while a task
+// that a list showed running is waited for: a fifth of the poll interval.
+// A step's first look at its task comes a poll interval after it started
+// the task, which is about what a clone, an upload or a start takes (F26);
+// only a task still running then is looked at sooner. Waiting a whole poll
+// interval for those cost a create up to one interval per step: with 1000
+// creates in flight at random phases, 12 s more to the instance's ID for
+// half of them and 23 s for the last (docs/performance.md). One list per
+// node serves every step waiting there, so a relook every second adds a
+// few lists per node while creates run, not calls per proxy.
+func (p *Provider) relook() time.Duration { return p.poll() / 5 }
 
 // dropTask forgets the task t that name waited for, and the ends lists
 // showed of its tasks. p.mu must be held.
