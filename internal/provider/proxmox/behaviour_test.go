@@ -403,3 +403,60 @@ func TestGetSaysWhenTheAgentIsDue(t *testing.T) {
 		return err == nil && h.sim.Counters()[agentCall] > 0 && inst.State == provider.StateProvisioning && inst.RecheckAfter == agentRecheck
 	})
 }
+
+// TestCollidingCreatesDoNotWaitForEachOther: two Creates of one process
+// whose VMIDs, derived from their UIDs, collide (about five pairs in 1000
+// creates over the default range). The second clones onto the next VMID at
+// once: it neither waits for the first's clone to end and name its VM (F8:
+// a VM being cloned is listed locked and without a name) nor races it for
+// the VMID (F4) and waits a poll interval. At 1000 creates those few waits
+// were the last Proxies to be Ready (docs/performance.md).
+func TestCollidingCreatesDoNotWaitForEachOther(t *testing.T) {
+	// A clone of an hour at speed 1000 lasts 3.6 s: the first VM stays
+	// locked and unnamed while the second Create runs.
+	h := newHarnessYAML(t, "timings: {clone: 3600s}\n", func(b *Block) { b.VMIDRange = &VMIDRange{Min: 100000, Max: 100009} })
+	p := h.provider()
+	uidA, uidB := "uid-a", ""
+	for i := range 1000 {
+		if u := fmt.Sprintf("uid-b%d", i); p.vmidFor(u, "proxy-b") == p.vmidFor(uidA, "proxy-a") {
+			uidB = u
+			break
+		}
+	}
+	if uidB == "" {
+		t.Fatal("no UID whose VMID collides with uid-a's in a range of ten")
+	}
+	vmid := p.vmidFor(uidA, "proxy-a")
+	next := 100000 + (vmid-100000+1)%10
+
+	// steps calls Create until it says it clones, and returns what it said.
+	steps := func(req provider.Request) []string {
+		t.Helper()
+		var said []string
+		h.eventually("the clone of "+req.Name, func() bool {
+			_, err := p.Create(h.ctx, req)
+			if !provider.IsInProgress(err) {
+				t.Fatalf("create %s: %v, want InProgress while the clone runs", req.Name, err)
+			}
+			said = append(said, err.Error())
+			return strings.Contains(err.Error(), "cloning template")
+		})
+		return said
+	}
+	if said := steps(h.request(uidA, "proxy-a")); !strings.Contains(said[len(said)-1], fmt.Sprintf("to VM %d", vmid)) {
+		t.Fatalf("the first create said %q, want its clone onto VM %d", said, vmid)
+	}
+	said := steps(h.request(uidB, "proxy-b"))
+	for _, s := range said {
+		if strings.Contains(s, "waiting for VM") || strings.Contains(s, "taken meanwhile") {
+			t.Errorf("the second create said %q: it waited for the first one's VM", s)
+			break
+		}
+	}
+	if !strings.Contains(said[len(said)-1], fmt.Sprintf("to VM %d", next)) {
+		t.Errorf("the second create said %q, want its clone onto VM %d", said, next)
+	}
+	if n := len(h.vmsNamed("proxy-b")) + len(h.vmsNamed("proxy-a")); n > 2 {
+		t.Errorf("%d VMs for two creates", n)
+	}
+}

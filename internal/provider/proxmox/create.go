@@ -197,9 +197,17 @@ func (p *Provider) allocate(ctx context.Context, list []Resource, pl plan) error
 	first := p.vmidFor(pl.req.OwnerUID, pl.req.Name)
 	for i := range size {
 		vmid := p.lo + (first-p.lo+i)%size
+		if p.claimedByAnother(vmid, pl.req.Name) {
+			continue // another Create of this process clones onto it
+		}
 		r, taken := byID[vmid]
 		if !taken {
-			return p.clone(ctx, list, pl, vmid)
+			if !p.claim(vmid, pl.req.Name) {
+				continue // claimed since the check above
+			}
+			err := p.clone(ctx, list, pl, vmid)
+			p.keepClaimIfSent(vmid, pl.req.Name)
+			return err
 		}
 		if r.Type != "qemu" {
 			continue // a container holds it
@@ -225,6 +233,46 @@ func (p *Provider) allocate(ctx context.Context, list []Resource, pl plan) error
 		// Named: someone else's (ours would have been found by name).
 	}
 	return provider.NewTransient(fmt.Errorf("no free VMID in %d-%d", p.lo, p.hi))
+}
+
+// claimedByAnother reports whether another Create of this process claimed
+// vmid (claims). A VMID derived from the UID collides with another
+// Create's about five times in 1000 creates over the default range;
+// without the claims the later Create waited a poll interval or more, once
+// per look, for the other's clone to end and name its VM (F8), or lost the
+// race for the VMID (F4) and waited a poll interval. The claims only spare
+// those waits: what keeps two VMs off one VMID is still F4, and what tells
+// whose a VM is, its name and mark.
+func (p *Provider) claimedByAnother(vmid int, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	other, ok := p.claims[vmid]
+	return ok && other != name
+}
+
+// claim reserves vmid for name's clone, unless another Create of this
+// process holds it.
+func (p *Provider) claim(vmid int, name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if other, ok := p.claims[vmid]; ok && other != name {
+		return false
+	}
+	p.claims[vmid] = name
+	return true
+}
+
+// keepClaimIfSent keeps name's claim of vmid only when the clone onto it
+// was sent (the Create records it in creating); clearName drops it then.
+func (p *Provider) keepClaimIfSent(vmid int, name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.creating[name]; ok && c.vmid == vmid {
+		return
+	}
+	if p.claims[vmid] == name {
+		delete(p.claims, vmid)
+	}
 }
 
 // checkTemplate refuses an unsuitable template before cloning (create step 5 (docs/proxmox-behaviour.md)).
