@@ -357,7 +357,7 @@ func (e *env) namespace(ctx context.Context, prefix string) (string, error) {
 
 func (w *world) close() {
 	if w.proxies != nil {
-		w.proxies.close()
+		_ = w.proxies.close() // the run's figures are taken; a stopped informer's error says nothing of them
 	}
 	if w.op != nil {
 		w.op.stop()

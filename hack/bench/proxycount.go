@@ -65,7 +65,7 @@ func watchProxies(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme,
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if !c.WaitForCacheSync(syncCtx) {
-		pc.close()
+		_ = pc.close() // the sync's failure is the news
 		return nil, fmt.Errorf("the bench's cache of proxies in %s did not sync within a minute", ns)
 	}
 	return pc, nil
@@ -120,8 +120,8 @@ func (pc *proxyCounts) spread(start time.Time) (instance, ready []time.Duration)
 	return since(pc.idAt), since(pc.readyAt)
 }
 
-// close stops the informer and waits for it.
-func (pc *proxyCounts) close() {
+// close stops the informer and returns what its Start returned.
+func (pc *proxyCounts) close() error {
 	pc.stop()
-	<-pc.done
+	return <-pc.done
 }

@@ -82,7 +82,11 @@ func TestProxyCountsFollowTheAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pc.close()
+	t.Cleanup(func() {
+		if err := pc.close(); err != nil {
+			t.Errorf("stopping the informer: %v", err)
+		}
+	})
 	type counts struct{ Ready, Total int }
 	// The informer follows a watch: wait for it to see what was written.
 	waitCounts := func(want counts) {
