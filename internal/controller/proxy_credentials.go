@@ -67,12 +67,28 @@ func randomFrom(chars string, n int) string {
 // that holds them on first use. It returns a non-empty conflict, and no
 // credentials, when the Secret exists but cannot be used; it never changes a
 // Secret that this Proxy does not control. With auth None it returns nil.
+//
+// On first use (nothing recorded, no conflict reported) the Secret is
+// created without a read before: a read would find nothing for every new
+// Proxy, and it was one of a create's dozen requests to the API server. A
+// Secret that exists all the same (ours, from a reconcile that crashed
+// before its status write, or someone else's) is then read and judged.
 func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha1.Proxy) (*credentials, string, error) {
 	if !isBasic(p) {
 		p.Status.CredentialsSecretName = ""
 		return nil, "", nil
 	}
 	name := credentialsSecretName(p.Name)
+	if firstCredentialsUse(p) {
+		c, err := r.createCredentialsSecret(ctx, p, name)
+		if err == nil {
+			p.Status.CredentialsSecretName = name
+			return c, "", nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, "", err
+		}
+	}
 	var s corev1.Secret
 	err := r.secrets().Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, &s)
 	switch {
@@ -81,17 +97,8 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 			return nil, fmt.Sprintf("The credentials Secret %s was deleted while instance %s uses the credentials it held. "+
 				"Recreate the Proxy to get a new instance with new credentials.", name, p.Status.InstanceID), nil
 		}
-		c := &credentials{secretName: name, username: "u" + randomFrom(alphabet[:36], 11), password: randomString(32)}
-		s = corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
-				Labels: map[string]string{labelManagedBy: labelManagedByValue, labelProxy: p.Name}},
-			Type: corev1.SecretTypeBasicAuth,
-			Data: map[string][]byte{published.CredentialsKeyUsername: []byte(c.username), published.CredentialsKeyPassword: []byte(c.password)},
-		}
-		if err := controllerutil.SetControllerReference(p, &s, r.Client.Scheme()); err != nil {
-			return nil, "", fmt.Errorf("owning the credentials secret: %w", err)
-		}
-		if err := r.Client.Create(ctx, &s); err != nil {
+		c, err := r.createCredentialsSecret(ctx, p, name)
+		if err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				if r.ownSecretExists(ctx, p, name) {
 					// Ours, created since the read above: read it next time.
@@ -102,9 +109,8 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 				return nil, fmt.Sprintf("Secret %s exists and was not created by the operator; it will not be overwritten. "+
 					"Delete or rename it, then set the annotation %s.", name, crawlv1alpha1.AnnotationRetry), nil
 			}
-			return nil, "", fmt.Errorf("creating the credentials secret %s: %w", name, err)
+			return nil, "", err
 		}
-		c.secret = &s
 		p.Status.CredentialsSecretName = name
 		return c, "", nil
 	case err != nil:
@@ -121,6 +127,38 @@ func (r *ProxyReconciler) ensureCredentials(ctx context.Context, p *crawlv1alpha
 	}
 	p.Status.CredentialsSecretName = name
 	return c, "", nil
+}
+
+// firstCredentialsUse reports whether p has never recorded its credentials
+// Secret nor been told that it cannot use one: then the Secret is most
+// likely missing, and is created without a read first.
+func firstCredentialsUse(p *crawlv1alpha1.Proxy) bool {
+	if p.Status.CredentialsSecretName != "" || p.Status.InstanceID != "" {
+		return false
+	}
+	c := readyCondition(p)
+	return c == nil || c.Reason != crawlv1alpha1.ReasonCredentialsConflict
+}
+
+// createCredentialsSecret creates the Secret name, controlled by p, with new
+// credentials. The error is the API server's, wrapped (AlreadyExists
+// stays recognisable).
+func (r *ProxyReconciler) createCredentialsSecret(ctx context.Context, p *crawlv1alpha1.Proxy, name string) (*credentials, error) {
+	c := &credentials{secretName: name, username: "u" + randomFrom(alphabet[:36], 11), password: randomString(32)}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
+			Labels: map[string]string{labelManagedBy: labelManagedByValue, labelProxy: p.Name}},
+		Type: corev1.SecretTypeBasicAuth,
+		Data: map[string][]byte{published.CredentialsKeyUsername: []byte(c.username), published.CredentialsKeyPassword: []byte(c.password)},
+	}
+	if err := controllerutil.SetControllerReference(p, s, r.Client.Scheme()); err != nil {
+		return nil, fmt.Errorf("owning the credentials secret: %w", err)
+	}
+	if err := r.Client.Create(ctx, s); err != nil {
+		return nil, fmt.Errorf("creating the credentials secret %s: %w", name, err)
+	}
+	c.secret = s
+	return c, nil
 }
 
 // secrets is how the reconciler reads Secrets: by name from the API server,

@@ -64,9 +64,9 @@ func TestCredentialsSecretIsReadOncePerReconcile(t *testing.T) {
 	}
 }
 
-// The credentials Secret is read once to render a create of several steps,
-// not at every step, and once when the instance runs (to write the URL and
-// probe); the polls while the instance boots read nothing from the API
+// The credentials Secret is created without a read before it, kept for the
+// steps of a create, and read once when the instance runs (to write the URL
+// and probe); the polls while the instance boots read nothing from the API
 // server.
 func TestSecretReadsDuringCreate(t *testing.T) {
 	scheme := testScheme(t)
@@ -79,10 +79,10 @@ func TestSecretReadsDuringCreate(t *testing.T) {
 	r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp}}
 	r.defaults()
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
-	// The first reconcile creates the Secret and starts the create; the
-	// third gets the instance's ID; two polls find it booting; the sixth
-	// finds it running.
-	wantReads := []int{1, 0, 0, 0, 0, 1}
+	// The first reconcile creates the Secret (no read: nothing is recorded
+	// yet) and starts the create; the third gets the instance's ID; two
+	// polls find it booting; the sixth finds it running.
+	wantReads := []int{0, 0, 0, 0, 0, 1}
 	var phases []crawlv1alpha1.ProxyPhase
 	for i, want := range wantReads {
 		reads = 0
@@ -100,6 +100,63 @@ func TestSecretReadsDuringCreate(t *testing.T) {
 	}
 	if last := phases[len(phases)-1]; last != crawlv1alpha1.ProxyPhaseReady {
 		t.Errorf("phases %v, want Ready at the end", phases)
+	}
+}
+
+// A Proxy that recorded no Secret may still have one: its reconcile created
+// it and crashed before the status write, or someone else made one of that
+// name. The create that skips the read must then read and judge it: ours
+// is used as it is, someone else's is a conflict, and neither is changed.
+func TestCredentialsOnFirstUseWhenTheSecretExists(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		ours         bool
+		wantConflict bool
+	}{
+		{name: "ours, from a reconcile that crashed before its status write", ours: true},
+		{name: "someone else's", ours: false, wantConflict: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			scheme := testScheme(t)
+			p := unitProxy()
+			s := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: credentialsSecretName("web")},
+				Data:       map[string][]byte{published.CredentialsKeyUsername: []byte("ualice"), published.CredentialsKeyPassword: []byte("pw-sentinel")},
+			}
+			if tc.ours {
+				if err := controllerutil.SetControllerReference(p, s, scheme); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reads := 0
+			c := secretReadCounter(crfake.NewClientBuilder().WithScheme(scheme).WithObjects(s), &reads)
+			r := &ProxyReconciler{Client: c, APIReader: c}
+			creds, conflict, err := r.ensureCredentials(context.Background(), p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := conflict != ""; got != tc.wantConflict {
+				t.Errorf("conflict %q, want one: %t", conflict, tc.wantConflict)
+			}
+			if !tc.wantConflict {
+				if creds == nil || creds.username != "ualice" || creds.password != "pw-sentinel" {
+					t.Errorf("credentials %+v, want the existing Secret's", creds)
+				}
+				if p.Status.CredentialsSecretName != s.Name {
+					t.Errorf("status records Secret %q, want %q", p.Status.CredentialsSecretName, s.Name)
+				}
+			}
+			if reads != 1 {
+				t.Errorf("%d reads of the Secret, want 1 (after the create found it)", reads)
+			}
+			var got corev1.Secret
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(s), &got); err != nil {
+				t.Fatal(err)
+			}
+			if string(got.Data[published.CredentialsKeyPassword]) != "pw-sentinel" {
+				t.Errorf("the existing Secret was changed: %v", got.Data)
+			}
+		})
 	}
 }
 
