@@ -2,22 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/testing/modroot"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
 // TestProxyCountsFollowTheAPIServer checks the bench's informer against a
@@ -31,25 +26,13 @@ func TestProxyCountsFollowTheAPIServer(t *testing.T) {
 		}
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, which builds kube-apiserver and etcd")
 	}
-	root, err := modroot.Find()
+	e, err := testenv.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := kruntime.NewScheme()
-	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
-		t.Fatal(err)
-	}
-	te := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true, Scheme: scheme}
-	cfg, err := te.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = te.Stop() })
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(func() { _ = e.Environment.Stop() })
+	c, cfg, scheme := e.Client, e.Config, e.Scheme
+	ctx, cancel := context.WithTimeout(context.Background(), poll.Paced(2*time.Minute))
 	defer cancel()
 	for _, ns := range []string{"counted", "other"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -92,7 +75,7 @@ func TestProxyCountsFollowTheAPIServer(t *testing.T) {
 	waitCounts := func(want counts) {
 		t.Helper()
 		var got counts
-		err := waitFor(ctx, time.Minute, func() (bool, string, error) {
+		err := waitFor(ctx, poll.Paced(time.Minute), func() (bool, string, error) {
 			var err error
 			got.Ready, got.Total, err = pc.count(ctx)
 			return got == want, "", err
