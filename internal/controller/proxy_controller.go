@@ -104,6 +104,9 @@ type ProxyReconciler struct {
 	createCreds createCredentials
 	// statusWrites spares a status write per create step (progressOnly).
 	statusWrites statusWrites
+	// readyCreds spares the credentials Secret's read at the looks at a
+	// Ready proxy between resyncs (the probe's).
+	readyCreds readyCredentials
 	// probes runs the probes off the workers, once the manager runs.
 	probes *probeRuns
 	// shares bound the workers one provider entry holds.
@@ -193,6 +196,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			r.written.forget(req.NamespacedName)
 			r.createCreds.forget(req.NamespacedName)
 			r.statusWrites.forget(req.NamespacedName)
+			r.readyCreds.forget(req.NamespacedName)
 			if r.probes != nil {
 				r.probes.forget(req.NamespacedName)
 			}

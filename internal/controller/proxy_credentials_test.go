@@ -103,6 +103,68 @@ func TestSecretReadsDuringCreate(t *testing.T) {
 	}
 }
 
+// The looks at a Ready proxy between resyncs (a probe round is two, every
+// --probe-interval) read its credentials Secret at most once per resync
+// interval, not at every look; a Secret deleted meanwhile is noticed at
+// the first look past the interval.
+func TestReadyLooksReadTheSecretOncePerResync(t *testing.T) {
+	scheme := testScheme(t)
+	cfg := unitConfig(t)
+	now := time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	fp := fakeprovider.New(clock)
+	p := unitProxy()
+	reads := 0
+	c := secretReadCounter(crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p), &reads)
+	r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp}, Now: clock}
+	r.defaults()
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
+	look := func(after time.Duration) (int, *crawlv1alpha1.Proxy) {
+		t.Helper()
+		now = now.Add(after)
+		reads = 0
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		var got crawlv1alpha1.Proxy
+		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+			t.Fatal(err)
+		}
+		return reads, &got
+	}
+	for i := 0; ; i++ {
+		if _, got := look(time.Second); got.Status.Phase == crawlv1alpha1.ProxyPhaseReady {
+			break
+		}
+		if i == 20 {
+			t.Fatal("the Proxy did not become Ready in 20 looks")
+		}
+	}
+	for _, tc := range []struct {
+		why       string
+		after     time.Duration
+		deleteIt  bool
+		wantReads int
+		wantPhase crawlv1alpha1.ProxyPhase
+	}{
+		{why: "a probe interval later: the credentials read when it became Ready serve", after: 30 * time.Second, wantPhase: crawlv1alpha1.ProxyPhaseReady},
+		{why: "another one: still within the resync interval", after: 30 * time.Second, wantPhase: crawlv1alpha1.ProxyPhaseReady},
+		{why: "past the resync interval: the Secret is read again", after: r.ResyncInterval, wantReads: 1, wantPhase: crawlv1alpha1.ProxyPhaseReady},
+		{why: "the Secret deleted, a probe interval later: not read yet", after: 30 * time.Second, deleteIt: true, wantPhase: crawlv1alpha1.ProxyPhaseReady},
+		{why: "past the resync interval: the deletion is noticed", after: r.ResyncInterval, wantReads: 1, wantPhase: crawlv1alpha1.ProxyPhaseFailed},
+	} {
+		if tc.deleteIt {
+			if err := c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: credentialsSecretName(p.Name)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, proxy := look(tc.after)
+		if got != tc.wantReads || proxy.Status.Phase != tc.wantPhase {
+			t.Errorf("%s: %d reads of the Secret and phase %s, want %d and %s", tc.why, got, proxy.Status.Phase, tc.wantReads, tc.wantPhase)
+		}
+	}
+}
+
 // A Proxy that recorded no Secret may still have one: its reconcile created
 // it and crashed before the status write, or someone else made one of that
 // name. The create that skips the read must then read and judge it: ours

@@ -109,8 +109,9 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 
 	// The credentials Secret is read where it is used: to render a create's
 	// user-data (once per create, which takes several calls), and once the
-	// instance runs, to write the URL and probe. The polls while an
-	// instance boots read nothing from the API server.
+	// instance runs, to write the URL and probe, again at most once per
+	// resync interval (readyCreds). The polls while an instance boots read
+	// nothing from the API server.
 	if p.Status.InstanceID == "" {
 		if r.ownershipHolds(ctx, p, entry.Name, prov, &obs) {
 			return obs, nil
@@ -156,19 +157,28 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		return r.replace(ctx, p, prov, "stopped", "the instance stopped")
 	}
 	if inst.State == provider.StateRunning && inst.Address.IsValid() {
-		creds, done, err := r.credentialsOrConflict(ctx, p, &obs)
-		if done {
-			return obs, err
+		key, address := client.ObjectKeyFromObject(p), inst.Address.String()
+		creds, held := r.readyCreds.get(key, p.UID, p.Generation, address, r.Now(), r.ResyncInterval)
+		if !held {
+			var done bool
+			if creds, done, err = r.credentialsOrConflict(ctx, p, &obs); done {
+				r.readyCreds.forget(key)
+				return obs, err
+			}
+			if creds != nil {
+				if err := r.syncCredentialsURL(ctx, p, creds, address); err != nil {
+					return obs, err
+				}
+			}
+			r.readyCreds.put(key, p.UID, p.Generation, address, creds, r.Now())
+		} else if creds != nil {
+			// As ensureCredentials would have recorded it.
+			p.Status.CredentialsSecretName = creds.secretName
 		}
 		obs.instance = &inst
 		// Announced by Reconcile once the status patch lands, so that a
 		// reconcile working from a stale copy cannot announce it twice.
 		obs.becameReady = p.Status.ReadyTime == nil
-		if creds != nil {
-			if err := r.syncCredentialsURL(ctx, p, creds, inst.Address.String()); err != nil {
-				return obs, err
-			}
-		}
 		obs.wait = waitResync
 		if due, next := r.probeDue(p.Status); due {
 			obs.probe = r.runProbe(ctx, p, entry, creds, inst.Address.String())

@@ -101,6 +101,47 @@ func (c *createCredentials) put(key types.NamespacedName, uid types.UID, creds *
 	c.store(key, heldCredentials{uid: uid, creds: creds})
 }
 
+// readyCredentials holds, per Proxy whose instance runs, the credentials
+// last read from its Secret, with the address the Secret's URL was written
+// for and when. The looks at a Ready proxy between resyncs use them rather
+// than reading the Secret again: with the probe on (the default), a probe
+// round is two looks every --probe-interval, and their two reads were most
+// of the operator's requests to the API server in a steady state. The
+// Secret is read again once per resync interval, after a new generation,
+// and when the address changes (the URL in it must follow), so a Secret
+// deleted or emptied behind the operator's back is noticed within a resync
+// interval rather than a probe interval. After a restart nothing is held.
+// The UID keeps a Proxy recreated under the same name from another's
+// credentials. The zero value is ready; it is safe for concurrent use.
+type readyCredentials struct {
+	memo[types.NamespacedName, readyHeld]
+}
+
+type readyHeld struct {
+	uid        types.UID
+	generation int64
+	address    string
+	creds      *credentials // nil with auth None
+	at         time.Time
+}
+
+// get returns the credentials held for the Proxy key with uid at
+// generation, whose URL was written for address less than maxAge before
+// now.
+func (c *readyCredentials) get(key types.NamespacedName, uid types.UID, generation int64, address string, now time.Time, maxAge time.Duration) (*credentials, bool) {
+	h, ok := c.load(key)
+	if !ok || h.uid != uid || h.generation != generation || h.address != address || now.Sub(h.at) >= maxAge {
+		return nil, false
+	}
+	return h.creds, true
+}
+
+// put holds creds, read at now, for the Proxy key with uid at generation,
+// its URL written for address.
+func (c *readyCredentials) put(key types.NamespacedName, uid types.UID, generation int64, address string, creds *credentials, now time.Time) {
+	c.store(key, readyHeld{uid: uid, generation: generation, address: address, creds: creds, at: now})
+}
+
 // progressEvery is how often a create's progress alone (progressOnly: the
 // Ready message names a new step, nothing else changed) is written to the
 // status. A status that says more (phase, reason, instance, address) is
