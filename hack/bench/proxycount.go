@@ -80,11 +80,17 @@ func (pc *proxyCounts) count(ctx context.Context) (ready, total int, err error) 
 		return 0, 0, fmt.Errorf("listing proxies from the bench's cache: %w", err)
 	}
 	for i := range list.Items {
-		if p := &list.Items[i]; p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.DeletionTimestamp == nil {
+		if countsAsReady(&list.Items[i]) {
 			ready++
 		}
 	}
 	return ready, len(list.Items), nil
+}
+
+// countsAsReady is what the bench counts as Ready: the phase, on a Proxy
+// not being deleted.
+func countsAsReady(p *crawlv1alpha1.Proxy) bool {
+	return p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.DeletionTimestamp == nil
 }
 
 // note records the first time obj was seen with an instance and Ready.
@@ -99,7 +105,7 @@ func (pc *proxyCounts) note(obj any) {
 	if _, seen := pc.idAt[p.Name]; !seen && p.Status.InstanceID != "" {
 		pc.idAt[p.Name] = now
 	}
-	if _, seen := pc.readyAt[p.Name]; !seen && p.Status.Phase == crawlv1alpha1.ProxyPhaseReady && p.DeletionTimestamp == nil {
+	if _, seen := pc.readyAt[p.Name]; !seen && countsAsReady(p) {
 		pc.readyAt[p.Name] = now
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -20,12 +19,7 @@ import (
 // by, so a Proxy of another namespace, one not yet Ready and one being
 // deleted must not count, and a change must show without a new list.
 func TestProxyCountsFollowTheAPIServer(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if testing.Short() {
-			t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
-		}
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, which builds kube-apiserver and etcd")
-	}
+	needEnvtest(t)
 	e, err := testenv.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +33,7 @@ func TestProxyCountsFollowTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ready := func(ns, name string, finalizer bool) *crawlv1alpha1.Proxy {
+	readyProxy := func(ns, name string, finalizer bool) *crawlv1alpha1.Proxy {
 		t.Helper()
 		p := newProxy(ns, name, "lab", "zone-a")
 		if finalizer {
@@ -54,9 +48,9 @@ func TestProxyCountsFollowTheAPIServer(t *testing.T) {
 		}
 		return p
 	}
-	ready("other", "elsewhere", false)
-	ready("counted", "ready", false)
-	leaving := ready("counted", "leaving", true)
+	readyProxy("other", "elsewhere", false)
+	readyProxy("counted", "ready", false)
+	leaving := readyProxy("counted", "leaving", true)
 	if err := c.Create(ctx, newProxy("counted", "booting", "lab", "zone-a")); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// needEnvtest skips an envtest case in -short mode without
+// KUBEBUILDER_ASSETS and fails it otherwise, so that `make test` cannot
+// pass by skipping it.
+func needEnvtest(t *testing.T) {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		if testing.Short() {
+			t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
+		}
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, which builds kube-apiserver and etcd")
+	}
+}
+
 // TestSmoke runs the whole bench at CI size (1 and 20 proxies, fast
 // simulated time, one resync), for the proxmox and the kubernetes provider,
 // so that `make bench` cannot rot: it must end without error and print
@@ -30,12 +43,7 @@ func TestMain(m *testing.M) {
 // Nothing here is timed: the figures go to docs/performance.md from full
 // runs.
 func TestSmoke(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		if testing.Short() {
-			t.Skip("envtest case: needs KUBEBUILDER_ASSETS (run make test)")
-		}
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test, which builds kube-apiserver and etcd")
-	}
+	needEnvtest(t)
 	for _, tc := range []struct {
 		provider string
 		sections []string

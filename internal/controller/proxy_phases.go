@@ -181,7 +181,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		obs.becameReady = p.Status.ReadyTime == nil
 		obs.wait = waitResync
 		if due, next := r.probeDue(p.Status); due {
-			obs.probe = r.runProbe(ctx, p, entry, creds, inst.Address.String())
+			obs.probe = r.runProbe(ctx, p, entry, creds, address)
 			obs.nextProbe = r.ProbeInterval
 		} else if r.Prober != nil {
 			obs.nextProbe = next
