@@ -210,9 +210,10 @@ func validTarget(target string) bool {
 		}
 	}
 	if target[0] == '[' {
-		// Brackets hold an IPv6 address and nothing else.
+		// Brackets hold an IPv6 address and nothing else: no zone, which
+		// would name an interface of this host and carries a '%'.
 		ip, err := netip.ParseAddr(host)
-		return err == nil && ip.Is6()
+		return err == nil && ip.Is6() && ip.Zone() == ""
 	}
 	for i := range len(target) {
 		c := target[i]

@@ -77,6 +77,10 @@ func TestParseConnectHead(t *testing.T) {
 			head: "CONNECT h%41:443 HTTP/1.1\r\n\r\n", wantErr: errTarget,
 		},
 		{
+			name: "IPv6 zone in target", reason: "a zone names an interface of the proxy's own host, and its % is an escape net/http refuses (found by FuzzParseConnectHead)",
+			head: "CONNECT [fe80::1%eth0]:443 HTTP/1.1\r\n\r\n", wantErr: errTarget,
+		},
+		{
 			name: "control character in target", reason: "a NUL must not reach the resolver",
 			head: "CONNECT h\x00:443 HTTP/1.1\r\n\r\n", wantErr: errTarget,
 		},
