@@ -123,3 +123,32 @@ func removeCgroups(name string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// thawCgroups thaws every frozen cgroup of the world, at any depth: a
+// frozen process does not die of SIGKILL until it is thawed (see killAll).
+// cgroup v1 has a freezer hierarchy with freezer.state; cgroup v2 a
+// cgroup.freeze file in every cgroup.
+func thawCgroups(name string) {
+	for _, root := range cgroupRoots(name) {
+		_ = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			// Errors are those of a cgroup without the file, or one that
+			// went meanwhile: the next round of killAll looks again.
+			writeExisting(filepath.Join(path, "freezer.state"), "THAWED")
+			writeExisting(filepath.Join(path, "cgroup.freeze"), "0")
+			return nil
+		})
+	}
+}
+
+// writeExisting writes v to a cgroup file if it exists (never creating one).
+func writeExisting(path, v string) {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0) //nolint:gosec // G304: cgroupfs.
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(v)
+	_ = f.Close()
+}

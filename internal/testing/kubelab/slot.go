@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -142,23 +143,8 @@ func (s *slot) release() {
 func (s slot) sweep(logf func(string, ...any)) error {
 	ctx := context.Background()
 	var errs []error
-	// The pods' processes are in the slot's cgroups, the daemons and the
-	// containerd shims in its network namespace; kill both until none is
-	// left (a process may fork while we look).
-	for range 20 {
-		pids := append(cgroupPIDs(s.cgroup), netnsPIDs(s.netns)...)
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			if pid > 1 && pid != os.Getpid() {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		waitGone(ctx, pids, 5*time.Second)
-	}
-	if left := append(cgroupPIDs(s.cgroup), netnsPIDs(s.netns)...); len(left) > 0 {
-		errs = append(errs, fmt.Errorf("processes %v of slot %d would not die", left, s.n))
+	if err := s.killAll(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	if _, err := os.Stat("/run/netns/" + s.netns); err == nil {
 		if err := run(ctx, "ip", "netns", "del", s.netns); err != nil {
@@ -224,32 +210,75 @@ func allPIDs() []int {
 	return out
 }
 
-// waitGone waits until none of pids exists, for at most d.
-func waitGone(ctx context.Context, pids []int, d time.Duration) {
-	_ = poll.Wait(ctx, d, func() (bool, string) {
+// killAll kills the slot's processes until none is left. The pods'
+// processes are in the slot's cgroups, the daemons and the containerd shims
+// in its network namespace. It waits on those listings, not on the
+// processes' states: a killed multi-threaded process stays listed, its
+// leader already a zombie, until its last thread has exited, and a process
+// may fork while we look. Each round also thaws the slot's cgroups: runc
+// freezes a container's cgroup (cgroup v1) while it signals or updates it,
+// and a frozen process that was sent SIGKILL sleeps on, killed but
+// uninterruptible, until someone thaws it; a runc killed by this very sweep
+// between its freeze and its thaw leaves it so.
+func (s slot) killAll(ctx context.Context) error {
+	return poll.WaitPaced(ctx, 30*time.Second, func() (bool, string) {
+		pids := s.pids()
+		if len(pids) == 0 {
+			return true, ""
+		}
 		for _, pid := range pids {
-			if alive(pid) {
-				return false, "pid " + strconv.Itoa(pid) + " alive"
+			if pid > 1 && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		return true, ""
+		thawCgroups(s.cgroup)
+		return false, fmt.Sprintf("processes of slot %d would not die: %s", s.n, describeProcs(pids))
 	})
 }
 
-// alive reports whether pid runs: a zombie does not (its parent, perhaps
-// the machine's init, reaps it in its own time).
-func alive(pid int) bool {
+// pids lists the slot's processes: in its cgroups or its network namespace.
+func (s slot) pids() []int {
+	pids := cgroupPIDs(s.cgroup)
+	for _, pid := range netnsPIDs(s.netns) {
+		if !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// describeProcs names each process with its command, its state and its
+// thread count, for an error that says what survived and why (D: killed
+// but frozen or in the kernel; Z with threads: still exiting).
+func describeProcs(pids []int) string {
+	out := make([]string, 0, len(pids))
+	for _, pid := range pids {
+		out = append(out, strconv.Itoa(pid)+" "+procSummary(pid))
+	}
+	return strings.Join(out, ", ")
+}
+
+// procSummary is "(comm) state S, N threads" from /proc/<pid>/stat, or
+// "(gone)" once the process has been reaped.
+func procSummary(pid int) string {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return false
+		return "(gone)"
 	}
+	// pid (comm) state ppid ... num_threads is the 20th field; comm may
+	// hold spaces and parentheses, so the fields after it are counted from
+	// the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return false
+	j := strings.IndexByte(s, '(')
+	if i < 0 || j < 0 || j > i {
+		return "(unreadable)"
 	}
-	state := s[i+2]
-	return state != 'Z' && state != 'X'
+	rest := strings.Fields(s[i+1:])
+	if len(rest) < 18 {
+		return s[j : i+1]
+	}
+	return fmt.Sprintf("%s state %s, %s threads", s[j:i+1], rest[0], rest[17])
 }
 
 // unmountUnder detaches every mount point below dir in the machine's mount

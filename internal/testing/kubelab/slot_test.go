@@ -3,10 +3,15 @@ package kubelab
 import (
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // TestSlotsNeverCollide checks what lets two worlds run at once and keeps
@@ -93,12 +98,79 @@ func TestTakeSlotSkipsHeldOnes(t *testing.T) {
 	_ = f.Close()
 }
 
-func TestAlive(t *testing.T) {
-	if !alive(os.Getpid()) {
-		t.Error("this process is not alive")
+// TestProcSummary reads what a "would not die" error says of a process.
+func TestProcSummary(t *testing.T) {
+	got := procSummary(os.Getpid())
+	// A test binary runs several threads, and it is running as it reads.
+	if !strings.HasPrefix(got, "(kubelab.test) state R, ") || !strings.HasSuffix(got, " threads") || strings.HasSuffix(got, " 1 threads") {
+		t.Errorf("procSummary(self) = %q, want (kubelab.test) state R, N threads with N > 1", got)
 	}
-	if alive(1 << 30) {
-		t.Error("a pid that cannot exist is alive")
+	if got := procSummary(1 << 30); got != "(gone)" {
+		t.Errorf("procSummary(a pid that cannot exist) = %q, want (gone)", got)
+	}
+}
+
+// TestSweepKillsAFrozenProcess leaves a process of the world frozen, as a
+// runc killed between its freeze and its thaw leaves a container: the
+// sweep must still end it (killAll).
+func TestSweepKillsAFrozenProcess(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: cgroups and the slots' locks")
+	}
+	s, err := takeSlot(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.release()
+	if err := makeCgroups(s.cgroup); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = removeCgroups(s.cgroup) })
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	pid := strconv.Itoa(cmd.Process.Pid)
+	var freezer string
+	for _, root := range cgroupRoots(s.cgroup) {
+		if err := os.WriteFile(filepath.Join(root, "cgroup.procs"), []byte(pid), 0o644); err != nil {
+			t.Fatalf("joining %s: %v", root, err)
+		}
+		for _, f := range []string{"freezer.state", "cgroup.freeze"} {
+			if _, err := os.Stat(filepath.Join(root, f)); err == nil {
+				freezer = filepath.Join(root, f)
+			}
+		}
+	}
+	if freezer == "" {
+		t.Skip("no cgroup freezer on this machine")
+	}
+	frozen := map[bool]string{true: "FROZEN", false: "1"}[filepath.Base(freezer) == "freezer.state"]
+	if err := os.WriteFile(freezer, []byte(frozen), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll.UntilPaced(t, 10*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(freezer)
+		st := strings.TrimSpace(string(b))
+		if filepath.Base(freezer) == "cgroup.freeze" {
+			b, _ = os.ReadFile(filepath.Join(filepath.Dir(freezer), "cgroup.events"))
+			st = string(b)
+			return strings.Contains(st, "frozen 1"), "cgroup.events: " + st
+		}
+		return st == "FROZEN", freezer + ": " + st
+	})
+	if err := s.sweep(t.Logf); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+	// Reaped here, its parent: only a dead process is reaped.
+	reaped := make(chan error, 1)
+	go func() { reaped <- cmd.Wait() }()
+	if err := poll.Receive(t, poll.Paced(10*time.Second), "the frozen process to be reaped", reaped); err == nil {
+		t.Error("sleep 600 exited cleanly: it was not killed")
+	}
+	if left := cgroupPIDs(s.cgroup); len(left) > 0 {
+		t.Errorf("processes %v still in the slot's cgroups", left)
 	}
 }
 
