@@ -149,6 +149,7 @@ type Resource struct {
 
 // VMStatus is status/current (F14).
 type VMStatus struct {
+	Name      string `json:"name"`
 	Status    string `json:"status"`
 	QMPStatus string `json:"qmpstatus"`
 	Uptime    int64  `json:"uptime"`

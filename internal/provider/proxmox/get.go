@@ -3,6 +3,7 @@ package proxmox
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -41,7 +42,25 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 		return provider.Instance{}, err
 	}
 	notBefore := p.now().Add(-p.poll())
-	if p.judgedByNodeView(node, name) {
+	viewed := p.judgedByNodeView(node, name)
+	if viewed && p.ownStatusPays(node, vmid, name) {
+		st, at, serr := p.ownStatusOf(ctx, node, vmid, name)
+		switch {
+		case serr == nil:
+			v := NodeVM{VMID: vmid, Name: st.Name, Status: st.Status, QMPStatus: st.QMPStatus, Lock: st.Lock, Uptime: st.Uptime}
+			return p.judge(ctx, Resource{Type: "qemu", VMID: vmid, Name: st.Name, Node: node, Status: st.Status, Lock: st.Lock, Uptime: st.Uptime}, &v, at, name)
+		case ctx.Err() != nil:
+			return provider.Instance{}, classify(fmt.Sprintf("reading the status of VM %d", vmid), serr)
+		case isMissingVM(serr):
+			// Not on its node (F2): a cluster-wide listing no older than
+			// the answer tells gone from migrated.
+			notBefore = at
+		default:
+			logr.FromContextOrDiscard(ctx).V(1).Info("the VM's status failed; reading the cluster-wide listing instead", "node", node, "vmid", vmid, "error", serr.Error())
+		}
+		viewed = false
+	}
+	if viewed {
 		view, at, nerr := p.nodeListing(ctx, node, notBefore)
 		if nerr != nil && ctx.Err() != nil {
 			return provider.Instance{}, classify("listing vms", nerr)
@@ -113,6 +132,111 @@ func (p *Provider) judgedByNodeView(node, name string) bool {
 	at, ok := p.nodeRead(node).Newest()
 	window := p.pauseWindow()
 	return !ok || at.Before(window) || !at.Before(p.now().Add(-p.poll())) || p.changedAt(name).After(window)
+}
+
+// requestWeight is what one API request costs a Proxmox host, counted in
+// VMs of a node's view: the host answers a view by querying the QEMU
+// monitor of each running VM it lists (qemu-server's vmstatus), and a
+// status/current by querying one VM's, after the same request handling
+// (TLS, the token's privileges, a pveproxy worker). An estimate, not a
+// measurement (docs/proxmox-behaviour.md, Get step 1): it only decides how
+// few Gets a view must serve before it pays.
+const requestWeight = 10
+
+// ownStatusPays says whether a Get of the VM vmid (instance name) on node
+// that judgedByNodeView sent to the node's view reads the VM's own
+// status/current instead. It does for a VM this process changed within
+// the pause window (being made: looked at every poll interval or so, and
+// at least once per window while it boots) when no view of the poll
+// interval is at hand (the view would be a read of its own) and the VMs
+// being made on the node are too few to pay for a view of all the node's
+// VMs. Reading each one's status costs the host (k+1)·(requestWeight+1)
+// per poll interval for this VM and the k others looked at within the
+// window, a view requestWeight + n for the node's n VMs; the status reads
+// are chosen only when they cost at most half the view, a margin for what
+// the estimate cannot tell (requestWeight is a guess, and looks come
+// unevenly). So a few creates on a large node read a VM each, and many
+// creates at once, or a node of a few VMs, share a view as before. It
+// records the look either way.
+func (p *Provider) ownStatusPays(node string, vmid int, name string) bool {
+	now := p.now()
+	window := p.pauseWindow()
+	if !p.changedAt(name).After(window) {
+		return false
+	}
+	p.mu.Lock()
+	looks := p.makingLooks[node]
+	if looks == nil {
+		looks = map[int]time.Time{}
+		p.makingLooks[node] = looks
+	}
+	for id, t := range looks {
+		if t.Before(window) {
+			delete(looks, id)
+		}
+	}
+	delete(looks, vmid)
+	others := len(looks)
+	looks[vmid] = now
+	n, known := p.nodeSizes[node]
+	p.mu.Unlock()
+	if at, ok := p.nodeRead(node).Newest(); ok && !at.Before(now.Add(-p.poll())) {
+		return false
+	}
+	return !known || 2*(others+1)*(requestWeight+1) < requestWeight+n
+}
+
+// statusEntry is a VM's status/current and when its read began.
+type statusEntry struct {
+	st VMStatus
+	at time.Time
+}
+
+// ownStatusOf returns the VM's status/current read within the poll
+// interval and after this process last changed the VM (the one kept, or a
+// new read), and when its read began.
+func (p *Provider) ownStatusOf(ctx context.Context, node string, vmid int, name string) (VMStatus, time.Time, error) {
+	now := p.now()
+	notBefore := now.Add(-p.poll())
+	if c := p.changedAt(name); c.After(notBefore) {
+		notBefore = c
+	}
+	p.mu.Lock()
+	e, ok := p.ownStatus[vmid]
+	p.mu.Unlock()
+	if ok && !e.at.Before(notBefore) {
+		return e.st, e.at, nil
+	}
+	st, err := p.api.status(ctx, node, vmid)
+	if err != nil {
+		return VMStatus{}, now, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for id, old := range p.ownStatus {
+		if old.at.Before(now.Add(-p.poll())) {
+			delete(p.ownStatus, id)
+		}
+	}
+	p.ownStatus[vmid] = statusEntry{st: st, at: now}
+	return st, now, nil
+}
+
+// noteClusterSizes records how many QEMU VMs the cluster-wide listing
+// shows on each node.
+func (p *Provider) noteClusterSizes(list []Resource) {
+	sizes := map[string]int{}
+	for _, n := range p.block.Nodes() {
+		sizes[n] = 0
+	}
+	for _, r := range list {
+		if r.Type == "qemu" {
+			sizes[r.Node]++
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	maps.Copy(p.nodeSizes, sizes)
 }
 
 // judge is Get of a listed VM: r from a listing read at at, and nv its

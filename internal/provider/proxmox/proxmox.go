@@ -99,6 +99,19 @@ type Provider struct {
 	started time.Time
 	// listed is, by VMID, when the newest listing that showed it was read.
 	listed map[int]time.Time
+	// nodeSizes is, by node, how many VMs its newest listing showed (its
+	// view, or its part of the cluster-wide listing): what a view of the
+	// node costs the host (ownStatusPays).
+	nodeSizes map[string]int
+	// makingLooks is, by node and VMID, when a Get last looked at a VM
+	// this process changed within the pause window: the VMs being made on
+	// the node, whose looks a view of the node would serve
+	// (ownStatusPays).
+	makingLooks map[string]map[int]time.Time
+	// ownStatus is, by VMID, the status/current a Get of a VM being made
+	// read instead of its node's view, kept for a poll interval as a view
+	// is.
+	ownStatus map[int]statusEntry
 	// templates caches template configs for a poll interval, by VMID.
 	templates map[int]templateConfig
 }
@@ -189,9 +202,16 @@ func New(o Options) (*Provider, error) {
 		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating: map[string]creatingVM{}, claims: map[int]string{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
+		nodeSizes: map[string]int{}, makingLooks: map[string]map[int]time.Time{}, ownStatus: map[int]statusEntry{},
 	}
 	p.started = p.now()
-	p.vms = sharedread.New(p.api.resources, sharedread.Options{Now: p.now})
+	p.vms = sharedread.New(func(ctx context.Context) ([]Resource, error) {
+		list, err := p.api.resources(ctx)
+		if err == nil {
+			p.noteClusterSizes(list)
+		}
+		return list, err
+	}, sharedread.Options{Now: p.now})
 	return p, nil
 }
 
@@ -267,7 +287,15 @@ func (p *Provider) nodeRead(node string) *sharedread.Read[[]NodeVM] {
 	defer p.listMu.Unlock()
 	s, ok := p.nodeVMs[node]
 	if !ok {
-		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) { return p.api.nodeVMs(ctx, node) }, sharedread.Options{Now: p.now})
+		s = sharedread.New(func(ctx context.Context) ([]NodeVM, error) {
+			list, err := p.api.nodeVMs(ctx, node)
+			if err == nil {
+				p.mu.Lock()
+				p.nodeSizes[node] = len(list)
+				p.mu.Unlock()
+			}
+			return list, err
+		}, sharedread.Options{Now: p.now})
 		p.nodeVMs[node] = s
 	}
 	return s
@@ -350,6 +378,7 @@ func (p *Provider) forget(vmid int) {
 	delete(p.addrs, vmid)
 	delete(p.seeds, vmid)
 	delete(p.listed, vmid)
+	delete(p.ownStatus, vmid)
 }
 
 // cfgStr reads a config value as a string (numbers decode as float64).

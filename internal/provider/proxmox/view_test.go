@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/pvesim"
 )
 
 // viewPoll is the poll interval of the listing tests: far longer than a test
@@ -301,4 +302,114 @@ func TestGetIsNotJudgedFromListingsOlderThanTheOperatorsOwnWrite(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGetOfVMsBeingMadeReadsTheCheaperSource: a Get of a VM this process is
+// making, with no view of its node at hand for the poll interval, reads
+// the VM's own status/current while the VMs being made on the node are too
+// few to pay for a view of all the node's VMs (ownStatusPays), and the
+// node's view from there on; a status read is kept for the poll interval,
+// as a view is. So a few creates on a large node do not make the host
+// query every VM of the node every poll interval.
+func TestGetOfVMsBeingMadeReadsTheCheaperSource(t *testing.T) {
+	const (
+		statusCalls = "GET /nodes/{node}/qemu/{vmid}/status/current"
+		viewCalls   = "GET /nodes/{node}/qemu"
+		listing     = "GET /cluster/resources"
+	)
+	for _, tc := range []struct {
+		name, reason string
+		foreign      int // someone else's VMs on the node, besides its two templates
+		making       int // VMs this process is making, each looked at twice
+		want         map[string]int64
+	}{
+		{"one VM on a large node", "one status read (2·11 with the margin) against a view of 43 VMs (53); the second look finds it kept",
+			40, 1, map[string]int64{statusCalls: 1}},
+		{"two VMs on a large node", "two status reads (2·22) against a view of 44 VMs (54)",
+			40, 2, map[string]int64{statusCalls: 2}},
+		{"three VMs on a large node", "three status reads (2·33) cost more than half a view of 45 VMs (55): one view serves all looks",
+			40, 3, map[string]int64{viewCalls: 1}},
+		{"one VM on a small node", "the node has its two templates and the VM: a status read (2·11) does not pay against its view (13), and the call count is the same",
+			0, 1, map[string]int64{viewCalls: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, p, pass := clockedProvider(t)
+			for i := range tc.foreign {
+				if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var ids []provider.ID
+			for i := range tc.making {
+				ids = append(ids, h.create(p, h.request(fmt.Sprintf("uid-made-%d", i), fmt.Sprintf("proxy-made%012d", i))))
+			}
+			// Each mark read once, and the node's size known from a
+			// cluster-wide listing of the interval; then a new interval.
+			for _, id := range ids {
+				if _, err := p.Get(h.ctx, id); err != nil && !provider.IsTransient(err) {
+					t.Fatal(err)
+				}
+			}
+			pass(2 * viewPoll)
+			if _, _, err := p.listing(h.ctx, p.now()); err != nil {
+				t.Fatal(err)
+			}
+			h.sim.ResetCounters()
+			for range 2 {
+				for _, id := range ids {
+					if inst, err := p.Get(h.ctx, id); err != nil || inst.State == provider.StateStopped {
+						t.Errorf("Get %s = %+v, %v; want a VM being made", id, inst, err)
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, h.sim.Counters()); diff != "" {
+				t.Errorf("calls of %d looks at each of %d VMs being made in one poll interval (-want +got) (%s):\n%s", 2, tc.making, tc.reason, diff)
+			}
+		})
+	}
+
+	// Past the pause window a VM is no longer being made: its Gets read the
+	// node's view as before, whatever the node's size.
+	t.Run("past the pause window", func(t *testing.T) {
+		h, p, pass := clockedProvider(t)
+		for i := range 40 {
+			if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := h.create(p, h.request("uid-made-past", "proxy-madepast0000001"))
+		h.runningOnClock(p, pass, id)
+		pastThePauseWindow(pass)
+		h.sim.ResetCounters()
+		if inst, err := p.Get(h.ctx, id); err != nil || inst.State != provider.StateRunning {
+			t.Errorf("Get = %+v, %v; want Running", inst, err)
+		}
+		if diff := cmp.Diff(map[string]int64{viewCalls: 1}, h.sim.Counters()); diff != "" {
+			t.Errorf("calls of a Get past the pause window (-want +got):\n%s", diff)
+		}
+	})
+
+	// A VM destroyed behind the operator's back answers its status with
+	// F2: the cluster-wide listing then tells gone from migrated.
+	t.Run("destroyed while being made", func(t *testing.T) {
+		h, p, pass := clockedProvider(t)
+		for i := range 40 {
+			if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		id := h.create(p, h.request("uid-made-gone", "proxy-madegone0000001"))
+		node, vmid, _, _ := parseID(id)
+		h.destroyBehindOurBack(node, vmid)
+		pass(2 * viewPoll)
+		h.sim.ResetCounters()
+		if _, err := p.Get(h.ctx, id); !provider.IsNotFound(err) {
+			t.Errorf("Get of a destroyed VM = %v, want NotFound", err)
+		}
+		// Two listings: no listing showed the VM yet, so the NotFound is
+		// confirmed by a second, as on every path (Get step 1).
+		if diff := cmp.Diff(map[string]int64{statusCalls: 1, listing: 2}, h.sim.Counters()); diff != "" {
+			t.Errorf("calls (-want +got):\n%s", diff)
+		}
+	})
 }
