@@ -76,17 +76,21 @@ type kv struct {
 	n   int64
 }
 
-// top returns the k largest entries, largest first, ties by key.
-func top(c map[string]int64, k int) []kv {
+// top returns the k largest entries and every entry whose key is in
+// always, largest first, ties by key.
+func top(c map[string]int64, k int, always ...string) []kv {
 	out := make([]kv, 0, len(c))
 	for _, key := range slices.Sorted(maps.Keys(c)) {
 		out = append(out, kv{key, c[key]})
 	}
 	slices.SortStableFunc(out, func(a, b kv) int { return int(b.n - a.n) })
-	if len(out) > k {
-		out = out[:k]
+	kept := out[:0:0]
+	for i, e := range out {
+		if i < k || slices.Contains(always, e.key) {
+			kept = append(kept, e)
+		}
 	}
-	return out
+	return kept
 }
 
 // atQuantile is the q-quantile of sorted (nearest rank) in seconds, or a
@@ -230,12 +234,12 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 
 	if sim {
 		for _, r := range rs {
-			p("\n### %d proxies: simulator calls by path (top 10 per phase)\n\n| phase | call | count | per proxy | KiB answered per proxy |\n|---|---|---:|---:|---:|\n", r.n)
+			p("\n### %d proxies: simulator calls by path (top 10 per phase, and every listing)\n\n| phase | call | count | per proxy | KiB answered per proxy |\n|---|---|---:|---:|---:|\n", r.n)
 			for _, ph := range []struct {
 				name string
 				ph   phase
 			}{{"create", r.create}, {"steady", r.steady}, {"delete", r.delete}} {
-				for _, e := range top(ph.ph.simCalls, 10) {
+				for _, e := range top(ph.ph.simCalls, 10, listingCalls...) {
 					p("| %s | `%s` | %d | %.2f | %.2f |\n", ph.name, e.key, e.n, float64(e.n)/float64(r.n), float64(ph.ph.simBytes[e.key])/1024/float64(r.n))
 				}
 			}

@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // TestSteadyBound: the bound printed beside the steady state's count is
@@ -55,6 +57,28 @@ func TestAtQuantile(t *testing.T) {
 	} {
 		if got := atQuantile(tc.sorted, tc.q); got != tc.want {
 			t.Errorf("%s: atQuantile(%v, %g) = %s, want %s", tc.why, tc.sorted, tc.q, got, tc.want)
+		}
+	}
+}
+
+// TestTop: the per-path tables show the largest counts and every listing,
+// however small its count: the listings are what issue #23 item 2 reads,
+// and a change that makes them rare must still show how rare.
+func TestTop(t *testing.T) {
+	c := map[string]int64{"a": 5, "b": 9, "c": 1, "d": 9, "e": 2}
+	for _, tc := range []struct {
+		why    string
+		k      int
+		always []string
+		want   []kv
+	}{
+		{"largest first, ties by key", 3, nil, []kv{{"b", 9}, {"d", 9}, {"a", 5}}},
+		{"an always key below the cut is kept, in its place", 2, []string{"c"}, []kv{{"b", 9}, {"d", 9}, {"c", 1}}},
+		{"an always key absent from the counts adds nothing", 2, []string{"z"}, []kv{{"b", 9}, {"d", 9}}},
+		{"k beyond the entries is all of them", 9, nil, []kv{{"b", 9}, {"d", 9}, {"a", 5}, {"e", 2}, {"c", 1}}},
+	} {
+		if diff := cmp.Diff(tc.want, top(c, tc.k, tc.always...), cmp.AllowUnexported(kv{})); diff != "" {
+			t.Errorf("%s: top(k = %d, always %v) (-want +got):\n%s", tc.why, tc.k, tc.always, diff)
 		}
 	}
 }

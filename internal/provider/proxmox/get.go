@@ -43,7 +43,7 @@ func (p *Provider) Get(ctx context.Context, id provider.ID) (provider.Instance, 
 	}
 	notBefore := p.now().Add(-p.poll())
 	viewed := p.judgedByNodeView(node, name)
-	if viewed && p.ownStatusPays(node, vmid, name) {
+	if viewed && p.ownStatusPays(node, name) {
 		st, at, serr := p.ownStatusOf(ctx, node, vmid, name)
 		switch {
 		case serr == nil:
@@ -143,22 +143,24 @@ func (p *Provider) judgedByNodeView(node, name string) bool {
 // few Gets a view must serve before it pays.
 const requestWeight = 10
 
-// ownStatusPays says whether a Get of the VM vmid (instance name) on node
-// that judgedByNodeView sent to the node's view reads the VM's own
+// ownStatusPays says whether a Get of a VM (instance name) on node that
+// judgedByNodeView sent to the node's view reads the VM's own
 // status/current instead. It does for a VM this process changed within
-// the pause window (being made: looked at every poll interval or so, and
-// at least once per window while it boots) when no view of the poll
-// interval is at hand (the view would be a read of its own) and the VMs
-// being made on the node are too few to pay for a view of all the node's
-// VMs. Reading each one's status costs the host (k+1)·(requestWeight+1)
-// per poll interval for this VM and the k others looked at within the
-// window, a view requestWeight + n for the node's n VMs; the status reads
-// are chosen only when they cost at most half the view, a margin for what
-// the estimate cannot tell (requestWeight is a guess, and looks come
-// unevenly). So a few creates on a large node read a VM each, and many
-// creates at once, or a node of a few VMs, share a view as before. It
-// records the look either way.
-func (p *Provider) ownStatusPays(node string, vmid int, name string) bool {
+// the pause window (being made) when no view of the poll interval is at
+// hand (the view would be a read of its own) and the Gets of VMs being made
+// on the node are too few for a view of all the node's VMs to pay. A view
+// serves the looks of one poll interval: with L such looks per interval
+// (this one included, counted over the pause window), reading each VM's
+// status costs the host about 11·L per interval (requestWeight + 1 VM's
+// queries each), views (requestWeight + n)·min(L, 1) for the node's n VMs
+// (with less than a look per interval, a view is read for nearly every
+// look). The status reads are chosen only when they cost at most half the
+// views, a margin for what the estimate cannot tell (requestWeight is a
+// guess, looks come unevenly). So the few creates of a pool replacing its
+// aged proxies on a large node read a VM each, and many creates at once, or
+// a node of a few VMs, share a view as before. It records the look either
+// way.
+func (p *Provider) ownStatusPays(node, name string) bool {
 	now := p.now()
 	window := p.pauseWindow()
 	if !p.changedAt(name).After(window) {
@@ -166,24 +168,24 @@ func (p *Provider) ownStatusPays(node string, vmid int, name string) bool {
 	}
 	p.mu.Lock()
 	looks := p.makingLooks[node]
-	if looks == nil {
-		looks = map[int]time.Time{}
-		p.makingLooks[node] = looks
+	i := 0
+	for i < len(looks) && looks[i].Before(window) {
+		i++
 	}
-	for id, t := range looks {
-		if t.Before(window) {
-			delete(looks, id)
-		}
-	}
-	delete(looks, vmid)
-	others := len(looks)
-	looks[vmid] = now
+	looks = append(looks[i:], now)
+	p.makingLooks[node] = looks
+	perInterval := float64(len(looks)) / PauseViewIntervals
 	n, known := p.nodeSizes[node]
 	p.mu.Unlock()
 	if at, ok := p.nodeRead(node).Newest(); ok && !at.Before(now.Add(-p.poll())) {
 		return false
 	}
-	return !known || 2*(others+1)*(requestWeight+1) < requestWeight+n
+	if !known {
+		return true
+	}
+	statusCost := 2 * perInterval * (requestWeight + 1)
+	viewCost := float64(requestWeight+n) * min(perInterval, 1)
+	return statusCost < viewCost
 }
 
 // statusEntry is a VM's status/current and when its read began.

@@ -103,11 +103,11 @@ type Provider struct {
 	// view, or its part of the cluster-wide listing): what a view of the
 	// node costs the host (ownStatusPays).
 	nodeSizes map[string]int
-	// makingLooks is, by node and VMID, when a Get last looked at a VM
-	// this process changed within the pause window: the VMs being made on
-	// the node, whose looks a view of the node would serve
+	// makingLooks is, by node, when Gets looked at VMs this process
+	// changed within the pause window (being made), oldest first and no
+	// older than the window: the looks a view of the node would serve
 	// (ownStatusPays).
-	makingLooks map[string]map[int]time.Time
+	makingLooks map[string][]time.Time
 	// ownStatus is, by VMID, the status/current a Get of a VM being made
 	// read instead of its node's view, kept for a poll interval as a view
 	// is.
@@ -202,7 +202,7 @@ func New(o Options) (*Provider, error) {
 		taskEnds: map[string]string{}, nodeTasks: map[string]*sharedread.Read[[]TaskEntry]{},
 		creating: map[string]creatingVM{}, claims: map[int]string{}, seeds: map[int]seedState{},
 		changed: map[string]time.Time{}, templates: map[int]templateConfig{}, listed: map[int]time.Time{},
-		nodeSizes: map[string]int{}, makingLooks: map[string]map[int]time.Time{}, ownStatus: map[int]statusEntry{},
+		nodeSizes: map[string]int{}, makingLooks: map[string][]time.Time{}, ownStatus: map[int]statusEntry{},
 	}
 	p.started = p.now()
 	p.vms = sharedread.New(func(ctx context.Context) ([]Resource, error) {
