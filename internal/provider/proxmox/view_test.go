@@ -365,7 +365,16 @@ func TestGetOfVMsBeingMadeReadsTheCheaperSource(t *testing.T) {
 			}
 			h.sim.ResetCounters()
 			look(2)
-			if diff := cmp.Diff(tc.want, h.sim.Counters()); diff != "" {
+			// Only the reads that judge a VM: the VMs boot meanwhile (the
+			// simulator's clock runs fast), so an agent read or the seed's
+			// removal may come too.
+			reads := map[string]int64{}
+			for k, n := range h.sim.Counters() {
+				if k == statusCalls || k == viewCalls || k == listing {
+					reads[k] = n
+				}
+			}
+			if diff := cmp.Diff(tc.want, reads); diff != "" {
 				t.Errorf("calls of 2 looks at each of %d VMs being made in one poll interval (-want +got) (%s):\n%s", tc.making, tc.reason, diff)
 			}
 		})
