@@ -336,11 +336,7 @@ func TestGetOfVMsBeingMadeReadsTheCheaperSource(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, p, pass := clockedProvider(t)
-			for i := range tc.foreign {
-				if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
-					t.Fatal(err)
-				}
-			}
+			h.addTheirs(tc.foreign)
 			var ids []provider.ID
 			for i := range tc.making {
 				ids = append(ids, h.create(p, h.request(fmt.Sprintf("uid-made-%d", i), fmt.Sprintf("proxy-made%012d", i))))
@@ -384,11 +380,7 @@ func TestGetOfVMsBeingMadeReadsTheCheaperSource(t *testing.T) {
 	// node's view as before, whatever the node's size.
 	t.Run("past the pause window", func(t *testing.T) {
 		h, p, pass := clockedProvider(t)
-		for i := range 40 {
-			if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.addTheirs(40)
 		id := h.create(p, h.request("uid-made-past", "proxy-madepast0000001"))
 		h.runningOnClock(p, pass, id)
 		pastThePauseWindow(pass)
@@ -405,11 +397,7 @@ func TestGetOfVMsBeingMadeReadsTheCheaperSource(t *testing.T) {
 	// F2: the cluster-wide listing then tells gone from migrated.
 	t.Run("destroyed while being made", func(t *testing.T) {
 		h, p, pass := clockedProvider(t)
-		for i := range 40 {
-			if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		h.addTheirs(40)
 		id := h.create(p, h.request("uid-made-gone", "proxy-madegone0000001"))
 		node, vmid, _, _ := parseID(id)
 		h.destroyBehindOurBack(node, vmid)
@@ -424,4 +412,15 @@ func TestGetOfVMsBeingMadeReadsTheCheaperSource(t *testing.T) {
 			t.Errorf("calls (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// addTheirs places n stopped VMs of someone else's on pve1, beside its two
+// templates: a node whose view costs the host more than one VM's status.
+func (h *harness) addTheirs(n int) {
+	h.t.Helper()
+	for i := range n {
+		if err := h.sim.AddVM(pvesim.TemplateConfig{VMID: 9200 + i, Node: "pve1", Name: fmt.Sprintf("theirs-%d", i), Template: new(false)}); err != nil {
+			h.t.Fatal(err)
+		}
+	}
 }
