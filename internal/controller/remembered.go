@@ -137,8 +137,16 @@ func (c *readyCredentials) get(key types.NamespacedName, uid types.UID, generati
 }
 
 // put holds creds, read at now, for the Proxy key with uid at generation,
-// its URL written for address.
+// its URL written for address. It holds the credentials, not the Secret
+// they were read from: the looks that use them write nothing to it, and a
+// decoded Secret (its managed fields and all) is about 2 KiB, 20 MiB of
+// the operator's heap at 10 000 Ready proxies.
 func (c *readyCredentials) put(key types.NamespacedName, uid types.UID, generation int64, address string, creds *credentials, now time.Time) {
+	if creds != nil {
+		held := *creds
+		held.secret = nil
+		creds = &held
+	}
 	c.store(key, readyHeld{uid: uid, generation: generation, address: address, creds: creds, at: now})
 }
 
