@@ -159,6 +159,10 @@ type Provider interface {
 	// Create must never adopt, change or destroy an instance that does not
 	// carry the operator's mark.
 	//
+	// Create never returns NotFound: an instance destroyed behind its back
+	// while it was being made is a Transient error, and the next call makes
+	// another.
+	//
 	// Create should not block for the whole boot of the instance. It returns
 	// the ID as soon as the instance exists and is on its way to running; Get
 	// then reports StateProvisioning until it runs. When the provider has to

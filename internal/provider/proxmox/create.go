@@ -70,6 +70,24 @@ func (p *Provider) planFor(req provider.Request) (plan, error) {
 // API shows (plus the task this process started), and returns InProgress
 // while a task runs.
 func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.ID, error) {
+	id, err := p.create(ctx, req)
+	return id, vanishedMidway(err)
+}
+
+// vanishedMidway turns the NotFound of a step on a VM that was destroyed
+// while it was being made (F2: someone deleted it, or a garbage collector
+// that does not know its Proxy) into a Transient error: Create never
+// reports NotFound (provider.Provider), and the next call, which judges
+// from a new listing (unlessInProgress), makes another VM.
+func vanishedMidway(err error) error {
+	var pe *provider.Error
+	if !provider.IsNotFound(err) || !errors.As(err, &pe) {
+		return err
+	}
+	return provider.NewTransient(fmt.Errorf("the VM was destroyed while it was being made; the next attempt makes another: %w", pe.Err))
+}
+
+func (p *Provider) create(ctx context.Context, req provider.Request) (provider.ID, error) {
 	pl, err := p.planFor(req)
 	if err != nil {
 		return "", err

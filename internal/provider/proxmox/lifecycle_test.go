@@ -133,6 +133,41 @@ func TestDeleteDuringCreateLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestCreateMakesAnotherVMWhenOursIsDestroyedMidway: a VM destroyed behind
+// the provider's back between its clone and its config write (by an
+// administrator, or by the garbage collector of an operator that does not
+// know its Proxy) makes the config write answer F2's missing-VM error. Create
+// reports that as Transient, never NotFound (the provider contract: the
+// operator retries a Transient create), and the next calls make one new VM.
+// It was NotFound, and a caller that stops on errors other than Transient
+// and InProgress gave up (CI run of 2026-12-06,
+// TestTwoInstallationsOnOneClusterNeverCollectEachOther).
+func TestCreateMakesAnotherVMWhenOursIsDestroyedMidway(t *testing.T) {
+	h := newHarness(t, nil)
+	p := h.provider()
+	req := h.request("uid-midway", "proxy-midway000000000001")
+	h.createUntil(p, req, "uploading the seed")
+	vms := h.vmsNamed(req.Name)
+	if len(vms) != 1 {
+		t.Fatalf("VMs named %s after the clone: %v, want one", req.Name, vms)
+	}
+	h.destroyBehindOurBack(vms[0].Node, vms[0].VMID)
+
+	var err error
+	h.eventually("create after the destroy answers something other than InProgress", func() bool {
+		_, err = p.Create(h.ctx, req)
+		return !provider.IsInProgress(err)
+	})
+	if !provider.IsTransient(err) || !strings.Contains(fmt.Sprint(err), "destroyed while it was being made") {
+		t.Fatalf("create of a VM destroyed midway: %v (class %s), want a Transient error that says the VM was destroyed", err, provider.ClassOf(err))
+	}
+	id := h.create(p, req)
+	h.running(p, id)
+	if got := h.vmsNamed(req.Name); len(got) != 1 {
+		t.Errorf("VMs named %s after the second create: %v, want one", req.Name, got)
+	}
+}
+
 // TestListByTagFindsAnUntaggedVMOfOurs: a VM of ours stopped between the
 // clone and the config write carries the mark but not the tag; ListByTag
 // reports it, and never a foreign VM in the VMID range (F10: the mark is in
