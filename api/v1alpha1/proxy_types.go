@@ -208,8 +208,11 @@ type ProxyStatus struct {
 	// +optional
 	EgressIP string `json:"egressIP,omitempty"`
 
-	// lastProbeTime is when the operator last sent a request through the
-	// proxy; probeLatency how long the last successful probe took.
+	// lastProbeTime is when the operator last recorded a probe through the
+	// proxy; probeLatency how long that probe took. A probe that passes as
+	// the one before did, with the same egress address, is recorded at most
+	// every 10 probe intervals (5 minutes at the default 30 s); a failure,
+	// the pass after one and a new egress address are recorded at once.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 	// +optional

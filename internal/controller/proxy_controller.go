@@ -107,6 +107,9 @@ type ProxyReconciler struct {
 	// readyCreds spares the credentials Secret's read at the looks at a
 	// Ready proxy between resyncs (the probe's).
 	readyCreds readyCredentials
+	// probed spares the status write of a routine probe (routineProbe):
+	// it knows when a proxy was last probed ahead of its status.
+	probed probeTimes
 	// probes runs the probes off the workers, once the manager runs.
 	probes *probeRuns
 	// shares bound the workers one provider entry holds.
@@ -197,6 +200,7 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			r.createCreds.forget(req.NamespacedName)
 			r.statusWrites.forget(req.NamespacedName)
 			r.readyCreds.forget(req.NamespacedName)
+			r.probed.forget(req.NamespacedName)
 			if r.probes != nil {
 				r.probes.forget(req.NamespacedName)
 			}
@@ -245,6 +249,9 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		obs.policy = entryPolicy{entry: e.Name, hash: egressPolicyHash(e.EgressPolicy)}
 	}
 	p.Status = computeProxyStatus(p.Status, obs, p.Spec.Port, p.Generation, r.Now())
+	if obs.probe != nil {
+		r.probed.record(req.NamespacedName, r.Now())
+	}
 	r.trackCreate(req.NamespacedName, &p)
 	if err := r.patchStatus(ctx, before, &p); err != nil {
 		if apierrors.IsConflict(err) {
@@ -321,8 +328,10 @@ func (r *ProxyReconciler) removeRetryAnnotation(ctx context.Context, p *crawlv1a
 	return nil
 }
 
-// patchStatus writes the status once, only when it changed, and a create's
-// progress alone (progressOnly) at most once per progressEvery.
+// patchStatus writes the status once, only when it changed, a create's
+// progress alone (progressOnly) at most once per progressEvery, and a
+// routine probe (routineProbe) at most once per routineProbeEvery probe
+// intervals.
 func (r *ProxyReconciler) patchStatus(ctx context.Context, before, p *crawlv1alpha1.Proxy) error {
 	if equality.Semantic.DeepEqual(before.Status, p.Status) {
 		return nil
@@ -330,6 +339,9 @@ func (r *ProxyReconciler) patchStatus(ctx context.Context, before, p *crawlv1alp
 	key := client.ObjectKeyFromObject(p)
 	now := r.Now()
 	if progressOnly(before.Status, p.Status) && r.statusWrites.within(key, now, progressEvery) {
+		return nil
+	}
+	if routineProbe(before.Status, p.Status) && r.statusWrites.within(key, now, routineProbeEvery*r.ProbeInterval) {
 		return nil
 	}
 	// The base of the patch is the status as read, with the metadata (and

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"context"
@@ -20,6 +22,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 )
 
@@ -327,6 +330,106 @@ func TestProgressIsWrittenAtMostOncePerInterval(t *testing.T) {
 		if writes != s.wantWrites {
 			t.Errorf("reconcile %d (phase %s, %q): %d status writes, want %d: %s", i+1, got.Status.Phase,
 				readyCondition(&got).Message, writes, s.wantWrites, s.reason)
+		}
+	}
+}
+
+// TestRoutineProbesAreWrittenEveryTenIntervals: a Ready proxy is probed
+// every probe interval, but a probe that passed as the one before did is
+// written to the status once per routineProbeEvery intervals; a failure is
+// written at once, and so is the pass that ends it. The probes keep their
+// pace in between (the schedule is kept in memory), and a new process,
+// which remembers nothing, probes from the status's lastProbeTime. Before,
+// every probe was a status write: one per Ready proxy per 30 s.
+func TestRoutineProbesAreWrittenEveryTenIntervals(t *testing.T) {
+	scheme := testScheme(t)
+	cfg := unitConfig(t)
+	now := time.Date(2026, 12, 6, 4, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	fp := fakeprovider.New(clock)
+	prober := fakeprobe.New()
+	p := unitProxy()
+	writes := 0
+	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				writes++
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	newReconciler := func() *ProxyReconciler {
+		r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp},
+			Prober: prober, Now: clock}
+		r.defaults()
+		return r
+	}
+	r := newReconciler()
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
+	look := func(after time.Duration) *crawlv1alpha1.Proxy {
+		t.Helper()
+		now = now.Add(after)
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		var got crawlv1alpha1.Proxy
+		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	var address string
+	for i := 0; ; i++ {
+		got := look(time.Second)
+		if c := servingCondition(got.Status); c != nil && c.Reason == crawlv1alpha1.ReasonProbePassed {
+			address = fmt.Sprintf("%s:%d", got.Status.Address, got.Spec.Port)
+			break
+		}
+		if i == 20 {
+			t.Fatal("the Proxy was not Serving after 20 looks")
+		}
+	}
+	interval := r.ProbeInterval
+	for i, s := range []struct {
+		why        string
+		after      time.Duration
+		restart    bool
+		fail, pass bool
+		wantProbes int
+		wantWrites int
+		wantReason string
+	}{
+		{why: "half an interval later: not due", after: interval / 2, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "an interval after the first pass: probed, routine, not written", after: interval / 2, wantProbes: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "half an interval later: the schedule is kept in memory, not due", after: interval / 2, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "the next interval: probed, not written", after: interval / 2, wantProbes: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "seven more intervals", after: 7 * interval, wantProbes: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "ten intervals after the last write: written", after: interval, wantProbes: 1, wantWrites: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "a failure is written at once", after: interval, fail: true, wantProbes: 1, wantWrites: 1, wantReason: crawlv1alpha1.ReasonProbeFailing},
+		{why: "so is the pass that ends it", after: interval, pass: true, wantProbes: 1, wantWrites: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "a new process, half an interval after the last (written) probe: not due by the status", after: interval / 2, restart: true, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "the new process, due by the status: probed, and written (it wrote nothing yet)", after: interval / 2, wantProbes: 1, wantWrites: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+		{why: "routine again", after: interval, wantProbes: 1, wantReason: crawlv1alpha1.ReasonProbePassed},
+	} {
+		if s.restart {
+			r = newReconciler()
+		}
+		if s.fail {
+			prober.Fail(address, errors.New("connection refused"))
+		}
+		if s.pass {
+			prober.Pass(address)
+		}
+		probesBefore := prober.Probed(address)
+		writes = 0
+		got := look(s.after)
+		probes := prober.Probed(address) - probesBefore
+		reason := ""
+		if c := servingCondition(got.Status); c != nil {
+			reason = c.Reason
+		}
+		if probes != s.wantProbes || writes != s.wantWrites || reason != s.wantReason {
+			t.Errorf("look %d, %s: %d probes, %d status writes, Serving %s; want %d, %d, %s",
+				i+1, s.why, probes, writes, reason, s.wantProbes, s.wantWrites, s.wantReason)
 		}
 	}
 }

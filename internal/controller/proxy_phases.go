@@ -180,7 +180,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		// reconcile working from a stale copy cannot announce it twice.
 		obs.becameReady = p.Status.ReadyTime == nil
 		obs.wait = waitResync
-		if due, next := r.probeDue(p.Status); due {
+		if due, next := r.probeDue(key, p.Status); due {
 			obs.probe = r.runProbe(ctx, p, entry, creds, address)
 			obs.nextProbe = r.ProbeInterval
 		} else if r.Prober != nil {

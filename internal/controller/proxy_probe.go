@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
@@ -34,15 +35,21 @@ type probeOutcome struct {
 }
 
 // probeDue reports whether a Ready proxy is due for a probe, and when the
-// next one is due otherwise.
-func (r *ProxyReconciler) probeDue(s crawlv1alpha1.ProxyStatus) (bool, time.Duration) {
+// next one is due otherwise. The last probe is the later of the status's
+// and this process's record: a routine probe is not always written
+// (routineProbe).
+func (r *ProxyReconciler) probeDue(key types.NamespacedName, s crawlv1alpha1.ProxyStatus) (bool, time.Duration) {
 	if r.Prober == nil {
 		return false, 0
 	}
 	if s.LastProbeTime == nil || s.Phase != crawlv1alpha1.ProxyPhaseReady {
 		return true, 0
 	}
-	next := s.LastProbeTime.Add(r.ProbeInterval).Sub(r.Now())
+	last := s.LastProbeTime.Time
+	if t, ok := r.probed.load(key); ok && t.After(last) {
+		last = t
+	}
+	next := last.Add(r.ProbeInterval).Sub(r.Now())
 	return next <= 0, next
 }
 

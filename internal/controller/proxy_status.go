@@ -292,6 +292,28 @@ func isLatched(s crawlv1alpha1.ProxyStatus, generation int64) bool {
 	return c != nil && (c.Reason == crawlv1alpha1.ReasonPermanentError || c.Reason == crawlv1alpha1.ReasonReplacementLoop)
 }
 
+// routineProbe reports whether after differs from before only by a probe
+// that passed as the one before it did, with the same egress address: its
+// time, its latency and the Serving message that names the latency. Such a
+// probe is news to no one, and the reconciler writes it at most once per
+// routineProbeEvery probe intervals (statusWrites): at the default 30 s, a
+// status write per Ready proxy every 5 minutes instead of every 30 s, 33
+// writes a second fewer at 1000 proxies. A failed probe, a changed egress
+// address or any change besides is written at once.
+func routineProbe(before, after crawlv1alpha1.ProxyStatus) bool {
+	b, a := apimeta.FindStatusCondition(before.Conditions, crawlv1alpha1.ConditionServing),
+		apimeta.FindStatusCondition(after.Conditions, crawlv1alpha1.ConditionServing)
+	if b == nil || a == nil || b.Status != metav1.ConditionTrue || b.Reason != crawlv1alpha1.ReasonProbePassed ||
+		a.Status != metav1.ConditionTrue || a.Reason != crawlv1alpha1.ReasonProbePassed ||
+		after.LastProbeTime.Equal(before.LastProbeTime) {
+		return false
+	}
+	same := *after.DeepCopy()
+	same.LastProbeTime, same.ProbeLatency = before.LastProbeTime.DeepCopy(), before.ProbeLatency.DeepCopy()
+	apimeta.FindStatusCondition(same.Conditions, crawlv1alpha1.ConditionServing).Message = b.Message
+	return equality.Semantic.DeepEqual(before, same)
+}
+
 // progressOnly reports whether after differs from before only in the
 // message of a Ready condition that stays False for the same reason, a
 // create or replacement in progress: the provider named its next step

@@ -639,3 +639,57 @@ func TestProgressOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestRoutineProbe: only a probe that passed as the one before it did,
+// with the same egress address, is routine; whatever a user, a pool or the
+// gateway acts on is not.
+func TestRoutineProbe(t *testing.T) {
+	at := func(d time.Duration) *metav1.Time { t := metav1.NewTime(statusEarlier.Add(d)); return &t }
+	serving := func(status metav1.ConditionStatus, reason, msg string) crawlv1alpha1.ProxyStatus {
+		s := readyProxyStatus()
+		s.EgressIP, s.LastProbeTime, s.ProbeLatency = "198.51.100.7", at(0), &metav1.Duration{Duration: 12 * time.Millisecond}
+		s.Conditions = append(s.Conditions, metav1.Condition{Type: crawlv1alpha1.ConditionServing, Status: status, Reason: reason,
+			Message: msg, ObservedGeneration: statusGen, LastTransitionTime: metav1.NewTime(statusEarlier)})
+		return s
+	}
+	passed := serving(metav1.ConditionTrue, crawlv1alpha1.ReasonProbePassed, "Probe through the proxy passed in 12ms; egress address 198.51.100.7.")
+	with := func(s crawlv1alpha1.ProxyStatus, change func(*crawlv1alpha1.ProxyStatus)) crawlv1alpha1.ProxyStatus {
+		s = *s.DeepCopy()
+		change(&s)
+		return s
+	}
+	again := with(passed, func(s *crawlv1alpha1.ProxyStatus) {
+		s.LastProbeTime, s.ProbeLatency = at(30*time.Second), &metav1.Duration{Duration: 9 * time.Millisecond}
+		s.Conditions[len(s.Conditions)-1].Message = "Probe through the proxy passed in 9ms; egress address 198.51.100.7."
+	})
+	for _, c := range []struct {
+		name, reason  string
+		before, after crawlv1alpha1.ProxyStatus
+		want          bool
+	}{
+		{"another pass", "the time, the latency and the message naming it changed: news to no one", passed, again, true},
+		{"nothing changed", "there is nothing to write", passed, passed, false},
+		{"the first pass", "Serving becomes True: pools and the gateway publish the proxy",
+			serving(metav1.ConditionUnknown, crawlv1alpha1.ReasonProbePending, "waiting for the first probe"), again, false},
+		{"a failure", "a failed probe counts towards the threshold and unpublishes the proxy",
+			passed, with(again, func(s *crawlv1alpha1.ProxyStatus) {
+				s.ProbeFailures = 1
+				s.Conditions[len(s.Conditions)-1].Status, s.Conditions[len(s.Conditions)-1].Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonProbeFailing
+			}), false},
+		{"a pass after a failure", "Serving comes back", with(passed, func(s *crawlv1alpha1.ProxyStatus) {
+			s.ProbeFailures = 1
+			s.Conditions[len(s.Conditions)-1].Status, s.Conditions[len(s.Conditions)-1].Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonProbeFailing
+		}), again, false},
+		{"a new egress address", "crawlers pick proxies by their egress address",
+			passed, with(again, func(s *crawlv1alpha1.ProxyStatus) { s.EgressIP = "198.51.100.8" }), false},
+		{"the address changed too", "a change besides the probe is written at once",
+			passed, with(again, func(s *crawlv1alpha1.ProxyStatus) { s.Address = "198.51.100.9" }), false},
+		{"no Serving condition before", "the first status", crawlv1alpha1.ProxyStatus{}, again, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := routineProbe(c.before, c.after); got != c.want {
+				t.Errorf("routineProbe = %v, want %v: %s", got, c.want, c.reason)
+			}
+		})
+	}
+}

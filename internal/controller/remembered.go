@@ -158,6 +158,23 @@ func (c *readyCredentials) put(key types.NamespacedName, uid types.UID, generati
 // step.
 const progressEvery = 10 * time.Second
 
+// routineProbeEvery is how many probe intervals apart a routine probe
+// (routineProbe: it passed as the one before did) is written to the
+// status; probeTimes keeps the probe's schedule in between.
+const routineProbeEvery = 10
+
+// probeTimes remembers, per Proxy, when this process last took a probe's
+// outcome, ahead of the status's lastProbeTime when the write of a routine
+// probe was spared. After a restart nothing is remembered and the status's
+// time, at most routineProbeEvery probe intervals old, schedules the next
+// probe. The zero value is ready; it is safe for concurrent use.
+type probeTimes struct {
+	memo[types.NamespacedName, time.Time]
+}
+
+// record notes that key's probe outcome was taken at t.
+func (p *probeTimes) record(key types.NamespacedName, t time.Time) { p.store(key, t) }
+
 // statusWrites remembers, per Proxy, when this process last wrote its
 // status. After a restart nothing is remembered and the first progress is
 // written. The zero value is ready; it is safe for concurrent use.
