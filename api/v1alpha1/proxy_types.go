@@ -213,6 +213,8 @@ type ProxyStatus struct {
 	// the one before did, with the same egress address, is recorded at most
 	// every 10 probe intervals (5 minutes at the default 30 s); a failure,
 	// the pass after one and a new egress address are recorded at once.
+	// Both are cleared while the proxy is not Ready: a new instance is
+	// probed as soon as it runs.
 	// +optional
 	LastProbeTime *metav1.Time `json:"lastProbeTime,omitempty"`
 	// +optional

@@ -3,6 +3,7 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"context"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,6 +26,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // A look at a Ready proxy reads its credentials Secret once: the URL is
@@ -431,5 +434,82 @@ func TestRoutineProbesAreWrittenEveryTenIntervals(t *testing.T) {
 			t.Errorf("look %d, %s: %d probes, %d status writes, Serving %s; want %d, %d, %s",
 				i+1, s.why, probes, writes, reason, s.wantProbes, s.wantWrites, s.wantReason)
 		}
+	}
+}
+
+// TestASuccessorIsProbedAtOnce: the instance that replaces a vanished one
+// is probed as soon as it runs, and its Serving verdict is taken by the
+// reconcile that the probe's end wakes, however recently its predecessor
+// was probed. The probe runs off the workers, as with the manager. Before,
+// the status kept the predecessor's lastProbeTime, so the outcome of the
+// successor's first probe waited, Serving Unknown (ProbePending) and out
+// of every published list, until a probe interval after that time.
+func TestASuccessorIsProbedAtOnce(t *testing.T) {
+	scheme := testScheme(t)
+	cfg := unitConfig(t)
+	now := time.Date(2026, 12, 6, 5, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	fp := fakeprovider.New(clock)
+	prober := fakeprobe.New()
+	p := unitProxy()
+	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p).Build()
+	r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp},
+		Prober: prober, Now: clock}
+	r.defaults()
+	r.probes = newProbeRuns(prober, 4, func(types.NamespacedName) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.probes.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
+	look := func(after time.Duration) *crawlv1alpha1.Proxy {
+		t.Helper()
+		mu.Lock()
+		now = now.Add(after)
+		mu.Unlock()
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+		var got crawlv1alpha1.Proxy
+		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+			t.Fatal(err)
+		}
+		return &got
+	}
+	// serving looks, a second apart and after each probe's end, until
+	// the instance is Serving; it returns the instance and the looks.
+	serving := func(what string) (string, int) {
+		t.Helper()
+		for i := 1; i <= 40; i++ {
+			got := look(time.Second)
+			if c := servingCondition(got.Status); got.Status.Phase == crawlv1alpha1.ProxyPhaseReady && c != nil && c.Reason == crawlv1alpha1.ReasonProbePassed {
+				return got.Status.InstanceID, i
+			}
+			// A probe started by this look ends before the next look,
+			// which takes its outcome, as the wake-up would make it.
+			poll.Until(t, 10*time.Second, func() (bool, string) {
+				r.probes.mu.Lock()
+				defer r.probes.mu.Unlock()
+				return len(r.probes.running) == 0, "a probe is still running"
+			})
+		}
+		t.Fatalf("%s: not Serving after 40 looks a second apart", what)
+		return "", 0
+	}
+	first, _ := serving("the first instance")
+	fp.Vanish(provider.ID(first))
+	// The successor is made after the replacement's backoff and runs in
+	// well under a probe interval of its predecessor's last probe.
+	look(time.Second)
+	look(DefaultReplacementBackoff)
+	second, looks := serving("the successor")
+	if second == first {
+		t.Fatalf("the successor has the vanished instance's ID %s", first)
+	}
+	// Make, boot and probe: a few looks, never a wait for the
+	// predecessor's probe schedule (30 looks).
+	if looks > 5 {
+		t.Errorf("the successor was Serving after %d looks a second apart, want at most 5: its first probe waited for its predecessor's schedule", looks)
 	}
 }

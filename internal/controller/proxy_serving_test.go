@@ -35,9 +35,10 @@ func TestComputeServing(t *testing.T) {
 	}{
 		{
 			name:   "not ready",
-			reason: "a proxy that is not Ready is not probed and never in a published list; old probe results go",
-			prev:   crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.ProxyPhaseReplacing, EgressIP: "203.0.113.5", ProbeFailures: 2, Conditions: []metav1.Condition{passed}},
-			obs:    observation{probing: true, probeThreshold: 3},
+			reason: "a proxy that is not Ready is not probed and never in a published list; old probe results go, their time too (the successor is probed as soon as it runs)",
+			prev: crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.ProxyPhaseReplacing, EgressIP: "203.0.113.5", ProbeFailures: 2, Conditions: []metav1.Condition{passed},
+				LastProbeTime: &earlier, ProbeLatency: &metav1.Duration{Duration: 12 * time.Millisecond}},
+			obs: observation{probing: true, probeThreshold: 3},
 			want: crawlv1alpha1.ProxyStatus{Phase: crawlv1alpha1.ProxyPhaseReplacing, Conditions: []metav1.Condition{
 				serving(metav1.ConditionFalse, crawlv1alpha1.ReasonNotReady, "The proxy is not Ready.")}},
 		},

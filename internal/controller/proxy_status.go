@@ -247,7 +247,10 @@ func computeServing(s *crawlv1alpha1.ProxyStatus, obs observation, generation in
 	ready := apimeta.FindStatusCondition(s.Conditions, crawlv1alpha1.ConditionReady)
 	switch {
 	case s.Phase != crawlv1alpha1.ProxyPhaseReady || ready == nil:
-		s.EgressIP, s.ProbeFailures, s.ProbeLatency = "", 0, nil
+		// The probe's fields describe an instance that no longer serves;
+		// without lastProbeTime, the next instance is due for a probe as
+		// soon as it runs (probeDue).
+		s.EgressIP, s.ProbeFailures, s.ProbeLatency, s.LastProbeTime = "", 0, nil, nil
 		set(metav1.ConditionFalse, crawlv1alpha1.ReasonNotReady, "The proxy is not Ready.")
 	case !obs.probing:
 		if ready.Status == metav1.ConditionTrue {
