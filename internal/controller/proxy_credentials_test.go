@@ -461,7 +461,12 @@ func TestASuccessorIsProbedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.probes.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the probe runner: %v", err)
+		}
+	})
 	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(p)}
 	look := func(after time.Duration) *crawlv1alpha1.Proxy {
 		t.Helper()
