@@ -282,6 +282,31 @@ func secretReadCounter(b *crfake.ClientBuilder, reads *int) client.WithWatch {
 	}).Build()
 }
 
+// reconcileAndRead reconciles req once and returns the Proxy as it is
+// then.
+func reconcileAndRead(t *testing.T, r *ProxyReconciler, c client.Client, req ctrl.Request) *crawlv1alpha1.Proxy {
+	t.Helper()
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	var got crawlv1alpha1.Proxy
+	if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
+}
+
+// statusPatchCounter builds b's client, counting in writes every patch of
+// a subresource (the status).
+func statusPatchCounter(b *crfake.ClientBuilder, writes *int) client.WithWatch {
+	return b.WithInterceptorFuncs(interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			*writes++
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+}
+
 // TestProgressIsWrittenAtMostOncePerInterval: the steps of a create each
 // name themselves in the Ready message; within progressEvery of the last
 // status write only a change that says more than progress (the instance's
@@ -294,13 +319,7 @@ func TestProgressIsWrittenAtMostOncePerInterval(t *testing.T) {
 	fp.CreatesUntilDone, fp.GetsUntilRunning = 6, 1
 	p := unitProxy()
 	writes := 0
-	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p).
-		WithInterceptorFuncs(interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				writes++
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			},
-		}).Build()
+	c := statusPatchCounter(crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p), &writes)
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp},
 		Now: func() time.Time { return now }}
@@ -353,13 +372,7 @@ func TestRoutineProbesAreWrittenEveryTenIntervals(t *testing.T) {
 	prober := fakeprobe.New()
 	p := unitProxy()
 	writes := 0
-	c := crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p).
-		WithInterceptorFuncs(interceptor.Funcs{
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				writes++
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			},
-		}).Build()
+	c := statusPatchCounter(crfake.NewClientBuilder().WithScheme(scheme).WithObjects(p).WithStatusSubresource(p), &writes)
 	newReconciler := func() *ProxyReconciler {
 		r := &ProxyReconciler{Client: c, APIReader: c, Config: cfg, Providers: map[string]provider.Provider{"lab": fp},
 			Prober: prober, Now: clock}
@@ -371,14 +384,7 @@ func TestRoutineProbesAreWrittenEveryTenIntervals(t *testing.T) {
 	look := func(after time.Duration) *crawlv1alpha1.Proxy {
 		t.Helper()
 		now = now.Add(after)
-		if _, err := r.Reconcile(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-		var got crawlv1alpha1.Proxy
-		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
-			t.Fatal(err)
-		}
-		return &got
+		return reconcileAndRead(t, r, c, req)
 	}
 	var address string
 	for i := 0; ; i++ {
@@ -473,14 +479,7 @@ func TestASuccessorIsProbedAtOnce(t *testing.T) {
 		mu.Lock()
 		now = now.Add(after)
 		mu.Unlock()
-		if _, err := r.Reconcile(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-		var got crawlv1alpha1.Proxy
-		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
-			t.Fatal(err)
-		}
-		return &got
+		return reconcileAndRead(t, r, c, req)
 	}
 	// serving looks, a second apart and after each probe's end, until
 	// the instance is Serving; it returns the instance and the looks.
