@@ -166,7 +166,7 @@ func TestModeScenarios(t *testing.T) {
 	o := options{gateway: true, concurrency: 8}
 	got := scenarioNames(modeScenarios(o))
 	want := []string{"GET 1 KiB (1 client)", "GET 1 KiB (8 clients)", "GET 1 MiB (1 client)", "GET 1 MiB (8 clients)",
-		"CONNECT + GET 1 KiB (1 client)", "CONNECT + GET 1 KiB (8 clients)"}
+		"CONNECT + GET 1 KiB (1 client)", "CONNECT + GET 1 KiB (8 clients)", "CONNECT + GET 1 MiB (1 client)", "CONNECT + GET 1 MiB (8 clients)"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("gateway mode scenarios (-want +got):\n%s", diff)
 	}
