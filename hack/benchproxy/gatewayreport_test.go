@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -233,5 +234,65 @@ func TestGatewayBenchSmoke(t *testing.T) {
 	}
 	if memoryRows != len(proxies) {
 		t.Errorf("idle tunnel rows = %d, want %d", memoryRows, len(proxies))
+	}
+}
+
+// TestPacedScenarios: a paced scenario runs at pacedShare of the slowest
+// proxy's throughput in its base scenario of the same round, picking it
+// brings its base along, and the gateway mode leaves it out.
+func TestPacedScenarios(t *testing.T) {
+	picked, err := selectScenarios(scenarios, []string{"GET 1 KiB, paced"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"GET 1 KiB", "GET 1 KiB, paced"}, scenarioNames(picked)); diff != "" {
+		t.Errorf("picking the paced scenario (-want +got):\n%s", diff)
+	}
+	rps := func(n int) measurement { return measurement{ok: n, elapsed: time.Second} }
+	// Two proxies, two rounds; the base is scenario 0.
+	rounds := [][][]measurement{
+		{{rps(1000), rps(2000)}, {}},
+		{{rps(800), rps(3000)}, {}},
+	}
+	if got, want := pacedRate(picked, picked[1], rounds, 0), 560.0; math.Abs(got-want) > 1e-6 {
+		t.Errorf("round 1's rate = %v, want %v (pacedShare of the slower proxy)", got, want)
+	}
+	if got, want := pacedRate(picked, picked[1], rounds, 1), 1400.0; math.Abs(got-want) > 1e-6 {
+		t.Errorf("round 2's rate = %v, want %v (that round's figures)", got, want)
+	}
+	for _, sc := range modeScenarios(options{gateway: true, concurrency: 8}) {
+		if sc.pacedAfter != "" {
+			t.Errorf("the gateway mode runs the paced scenario %q", sc.name)
+		}
+	}
+}
+
+// TestMeasureAtARate: paced, the workers never send more than the rate,
+// and a request that waited for a slow one before it counts its latency
+// from its scheduled time, as a user would see it: one worker, 100
+// requests a second, each taking 20 ms, falls further behind with each
+// request, so the median latency is several times the 20 ms a closed
+// loop would report. (Both checks hold however loaded the machine is.)
+func TestMeasureAtARate(t *testing.T) {
+	const rate, took = 100.0, 20 * time.Millisecond
+	o := options{requests: 1000, duration: 400 * time.Millisecond}
+	slow := func() op {
+		return func(ctx context.Context) (int64, error) {
+			timer := time.NewTimer(took)
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+				return 1, nil
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		}
+	}
+	m := measure(context.Background(), o, scenario{name: "paced", clients: 1}, slow, rate)
+	if limit := int(rate*o.duration.Seconds()) + 1; m.ok > limit {
+		t.Errorf("%d requests in %s at %v a second, want at most %d", m.ok, o.duration, rate, limit)
+	}
+	if m.ok < 3 || m.p50 < 3*took {
+		t.Errorf("%d requests, p50 %s: want the latency counted from each request's scheduled time (at least %s)", m.ok, m.p50, 3*took)
 	}
 }

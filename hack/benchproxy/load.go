@@ -26,7 +26,20 @@ type scenario struct {
 	// gateway mode measures latency with one client, where the figure is
 	// what a hop costs rather than how the machine queues.
 	clients int
+	// pacedAfter, when set, names the scenario this one repeats at one
+	// rate for every proxy (and the direct path), open loop: pacedShare of
+	// the lowest throughput a proxy reached in that scenario in the same
+	// round. A closed loop compares tails at different loads (the proxy
+	// that serves more requests also leaves the client and the origin
+	// less CPU, and its requests queue longer); at one rate the p99s
+	// compare what each proxy adds under the same load.
+	pacedAfter string
 }
+
+// pacedShare is the part of the slowest proxy's closed-loop throughput at
+// which a paced scenario runs: below every proxy's capacity, so that none
+// is measured saturated.
+const pacedShare = 0.7
 
 // concurrency is the number of clients of sc.
 func (sc scenario) concurrency(o options) int {
@@ -51,6 +64,7 @@ var scenarios = []scenario{
 	{name: "GET 1 MiB", path: "/large"},
 	{name: "CONNECT + GET 1 KiB", path: "/small", connect: true},
 	{name: "CONNECT + GET 1 MiB", path: "/large", connect: true},
+	{name: "GET 1 KiB, paced", path: "/small", pacedAfter: "GET 1 KiB"},
 }
 
 // originPorts is how many ports the origin listens on. Tunnels open a
@@ -228,8 +242,11 @@ type measurement struct {
 func (m measurement) rps() float64 { return float64(m.ok) / m.elapsed.Seconds() }
 
 // measure runs the scenario with its concurrency's workers until o.requests
-// were sent or o.duration passed.
-func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement {
+// were sent or o.duration passed. With rate > 0 the workers send rate
+// requests a second in all, each at its scheduled time (open loop), and a
+// request's latency counts from that time: a request that had to wait for
+// the one before it is as late as a user would see it.
+func measure(ctx context.Context, o options, sc scenario, mk makeOp, rate float64) measurement {
 	start := time.Now()
 	// The clock, not ctx.Err(), ends the run: the context's timer may fire
 	// a little after its deadline, and requests started in between fail
@@ -246,15 +263,22 @@ func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement
 		lats []time.Duration
 		wg   sync.WaitGroup
 	)
-	for range sc.concurrency(o) {
+	workers := sc.concurrency(o)
+	for w := range workers {
 		wg.Go(func() {
 			do := mk()
 			var mine []time.Duration
 			var n int64
 			var errs int
 			var firstErr error
-			for sent.Add(1) <= int64(o.requests) && time.Now().Before(end) {
+			for k := 0; sent.Add(1) <= int64(o.requests) && time.Now().Before(end); k++ {
 				t := time.Now()
+				if rate > 0 {
+					t = start.Add(time.Duration(float64(k*workers+w) / rate * float64(time.Second)))
+					if !waitUntil(ctx, t) {
+						break
+					}
+				}
 				b, err := do(ctx)
 				if err != nil {
 					if time.Now().Before(end) {
@@ -287,6 +311,23 @@ func measure(ctx context.Context, o options, sc scenario, mk makeOp) measurement
 		m.p99 = lats[min(len(lats)-1, len(lats)*99/100)]
 	}
 	return m
+}
+
+// waitUntil waits until t, or less when ctx ends first; it reports
+// whether t was reached.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // openIdleTunnels opens n CONNECT tunnels to target through proxyAddr and

@@ -71,7 +71,7 @@ func mainErr() error {
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds of every scenario through every proxy; the median round is reported.")
 	flag.BoolVar(&o.install, "install", true, "Install what is missing: tinyproxy and squid with apt-get; with --gateway, Node.js with apt-get and proxy-chain with npm.")
 	var only string
-	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\", \"CONNECT + GET 1 MiB\"; with --gateway each followed by \" (1 client)\" or \" (<concurrency> clients)\"); empty: all.")
+	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\", \"CONNECT + GET 1 MiB\", \"GET 1 KiB, paced\"; with --gateway each followed by \" (1 client)\" or \" (<concurrency> clients)\"); empty: all.")
 	flag.StringVar(&o.profile, "profile", "", "Directory where our proxy writes cpu.pprof (the whole run) and allocs.pprof (at the end); the gateway writes its own in gateway/ under it.")
 	flag.StringVar(&o.placementBenchtime, "placement-benchtime", "20x", "With --gateway, go test -benchtime of the session placement benchmark; empty: not run.")
 	flag.Parse()
@@ -163,12 +163,17 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	}
 	for round := range o.rounds {
 		for si, sc := range scs {
+			rate := 0.0
+			if sc.pacedAfter != "" {
+				rate = pacedRate(scs, sc, rounds, round)
+				log("round %d/%d: %s at %.0f requests/s", round+1, o.rounds, sc.name, rate)
+			}
 			log("round %d/%d: %s: direct", round+1, o.rounds, sc.name)
-			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, sc.concurrency(o))))
+			direct[si] = append(direct[si], measure(ctx, o, sc, directClient(org, sc, sc.concurrency(o)), rate))
 			for pi, p := range procs {
 				log("round %d/%d: %s: %s", round+1, o.rounds, sc.name, p.name)
 				cpu, sys := p.cpuSeconds()
-				m := measure(ctx, o, sc, proxyClient(org, p.addr, sc, sc.concurrency(o)))
+				m := measure(ctx, o, sc, proxyClient(org, p.addr, sc, sc.concurrency(o)), rate)
 				cpuAfter, sysAfter := p.cpuSeconds()
 				m.cpu, m.sys = cpuAfter-cpu, sysAfter-sys
 				if m.errors > 0 && m.ok == 0 {
@@ -211,6 +216,20 @@ func run(ctx context.Context, o options, w io.Writer, log func(string, ...any)) 
 	return res.write(w)
 }
 
+// pacedRate is the rate of the paced scenario sc in round: pacedShare of
+// the lowest throughput a proxy reached in sc's base scenario in that
+// round (selectScenarios keeps the base before it).
+func pacedRate(scs []scenario, sc scenario, rounds [][][]measurement, round int) float64 {
+	base := slices.IndexFunc(scs, func(s scenario) bool { return s.name == sc.pacedAfter })
+	lowest := 0.0
+	for _, byScenario := range rounds {
+		if rps := byScenario[base][round].rps(); lowest == 0 || rps < lowest {
+			lowest = rps
+		}
+	}
+	return max(pacedShare*lowest, 1)
+}
+
 // modeArgs are the command-line arguments less --gateway, which the make
 // target's name says.
 func modeArgs(args []string) []string {
@@ -226,6 +245,10 @@ func modeScenarios(o options) []scenario {
 	}
 	var out []scenario
 	for _, sc := range scenarios {
+		if sc.pacedAfter != "" {
+			// The gateway mode's one-client rows measure latency.
+			continue
+		}
 		one, many := sc, sc
 		one.name, one.clients = sc.name+" (1 client)", 1
 		many.name = fmt.Sprintf("%s (%d clients)", sc.name, o.concurrency)
@@ -235,19 +258,30 @@ func modeScenarios(o options) []scenario {
 }
 
 // selectScenarios returns the scenarios of all named, in their usual
-// order; no names: all of them.
+// order, with the base of each paced one (its rate comes from it); no
+// names: all of them.
 func selectScenarios(all []scenario, names []string) ([]scenario, error) {
 	if len(names) == 0 {
 		return all, nil
 	}
-	var out []scenario
+	picked := 0
+	want := slices.Clone(names)
 	for _, sc := range all {
 		if slices.Contains(names, sc.name) {
-			out = append(out, sc)
+			picked++
+			if sc.pacedAfter != "" && !slices.Contains(want, sc.pacedAfter) {
+				want = append(want, sc.pacedAfter)
+			}
 		}
 	}
-	if len(out) != len(names) {
+	if picked != len(names) {
 		return nil, fmt.Errorf("--scenarios %q: the scenarios are %q", names, scenarioNames(all))
+	}
+	var out []scenario
+	for _, sc := range all {
+		if slices.Contains(want, sc.name) {
+			out = append(out, sc)
+		}
 	}
 	return out, nil
 }

@@ -47,3 +47,21 @@ func TestConnectVerdictWithoutCPU(t *testing.T) {
 		t.Errorf("verdict (-want +got):\n%s", diff)
 	}
 }
+
+// TestPacedVerdictComparesLatencyOnly: at one rate for all, a throughput
+// ratio says nothing; the verdict is the p99 against squid's (the goal)
+// and tinyproxy's.
+func TestPacedVerdictComparesLatencyOnly(t *testing.T) {
+	sc := scenario{name: "GET 1 KiB, paced", pacedAfter: "GET 1 KiB"}
+	at := func(p99 time.Duration) measurement { return measurement{ok: 700, elapsed: time.Second, p99: p99} }
+	r := &results{
+		scenarios: []scenario{sc},
+		direct:    []measurement{{}},
+		proxies: []proxyResult{{name: "ours", scenarios: []measurement{at(3 * time.Millisecond)}},
+			{name: "tinyproxy", scenarios: []measurement{at(6 * time.Millisecond)}}, {name: "squid", scenarios: []measurement{at(4 * time.Millisecond)}}},
+	}
+	want := "at one rate for all: p99 0.75× squid's (≤ 1: met); p99 0.50× tinyproxy's"
+	if diff := cmp.Diff(want, r.verdict(0, at(3*time.Millisecond))); diff != "" {
+		t.Errorf("verdict (-want +got):\n%s", diff)
+	}
+}
