@@ -241,11 +241,11 @@ func TestGatewayBenchSmoke(t *testing.T) {
 // proxy's throughput in its base scenario of the same round, picking it
 // brings its base along, and the gateway mode leaves it out.
 func TestPacedScenarios(t *testing.T) {
-	picked, err := selectScenarios(scenarios, []string{"GET 1 KiB, paced"})
+	picked, err := selectScenarios(scenarios, []string{"GET 1 KiB at one rate"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"GET 1 KiB", "GET 1 KiB, paced"}, scenarioNames(picked)); diff != "" {
+	if diff := cmp.Diff([]string{"GET 1 KiB", "GET 1 KiB at one rate"}, scenarioNames(picked)); diff != "" {
 		t.Errorf("picking the paced scenario (-want +got):\n%s", diff)
 	}
 	rps := func(n int) measurement { return measurement{ok: n, elapsed: time.Second} }

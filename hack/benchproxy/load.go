@@ -64,7 +64,7 @@ var scenarios = []scenario{
 	{name: "GET 1 MiB", path: "/large"},
 	{name: "CONNECT + GET 1 KiB", path: "/small", connect: true},
 	{name: "CONNECT + GET 1 MiB", path: "/large", connect: true},
-	{name: "GET 1 KiB, paced", path: "/small", pacedAfter: "GET 1 KiB"},
+	{name: "GET 1 KiB at one rate", path: "/small", pacedAfter: "GET 1 KiB"},
 }
 
 // originPorts is how many ports the origin listens on. Tunnels open a

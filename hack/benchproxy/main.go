@@ -71,7 +71,7 @@ func mainErr() error {
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds of every scenario through every proxy; the median round is reported.")
 	flag.BoolVar(&o.install, "install", true, "Install what is missing: tinyproxy and squid with apt-get; with --gateway, Node.js with apt-get and proxy-chain with npm.")
 	var only string
-	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\", \"CONNECT + GET 1 MiB\", \"GET 1 KiB, paced\"; with --gateway each followed by \" (1 client)\" or \" (<concurrency> clients)\"); empty: all.")
+	flag.StringVar(&only, "scenarios", "", "Comma-separated scenario names to run (\"GET 1 KiB\", \"GET 1 MiB\", \"CONNECT + GET 1 KiB\", \"CONNECT + GET 1 MiB\", \"GET 1 KiB at one rate\"; with --gateway each followed by \" (1 client)\" or \" (<concurrency> clients)\"); empty: all.")
 	flag.StringVar(&o.profile, "profile", "", "Directory where our proxy writes cpu.pprof (the whole run) and allocs.pprof (at the end); the gateway writes its own in gateway/ under it.")
 	flag.StringVar(&o.placementBenchtime, "placement-benchtime", "20x", "With --gateway, go test -benchtime of the session placement benchmark; empty: not run.")
 	flag.Parse()

@@ -52,7 +52,7 @@ func TestConnectVerdictWithoutCPU(t *testing.T) {
 // ratio says nothing; the verdict is the p99 against squid's (the goal)
 // and tinyproxy's.
 func TestPacedVerdictComparesLatencyOnly(t *testing.T) {
-	sc := scenario{name: "GET 1 KiB, paced", pacedAfter: "GET 1 KiB"}
+	sc := scenario{name: "GET 1 KiB at one rate", pacedAfter: "GET 1 KiB"}
 	at := func(p99 time.Duration) measurement { return measurement{ok: 700, elapsed: time.Second, p99: p99} }
 	r := &results{
 		scenarios: []scenario{sc},
