@@ -543,7 +543,7 @@ func TestRunProxyAccessLog(t *testing.T) {
 				{`"user"=""`, `"status"=407`},
 				{`"user"="crawler"`, `"method"="CONNECT"`, `"destination"="` + originHost + `"`, `"status"=200`, `"bytesUp"=51`},
 			} {
-				fields := append(want, `"level"=0`, `"time"="20`, `"client"="127.0.0.1:`, `"duration"=`)
+				fields := append(slices.Clone(want), `"level"=0`, `"time"="20`, `"client"="127.0.0.1:`, `"duration"=`)
 				j := slices.IndexFunc(left, func(line string) bool {
 					if !strings.HasPrefix(line, "access ") {
 						return false
