@@ -217,19 +217,16 @@ func New(cfg Config) (*Proxy, error) {
 	if p.idleTimeout == 0 {
 		p.idleTimeout = DefaultIdleTimeout
 	}
+	// The transport of requests that ask for a protocol upgrade (it hands
+	// ReverseProxy the connection it switches); every other plain request
+	// goes through originTransport, on the handler's goroutine.
 	p.transport = &http.Transport{
 		// Proxy stays nil: never chain to the environment's proxy.
 		DialContext: p.dialIdle,
 		// Pass the client's Accept-Encoding and the origin's encoding
 		// through untouched.
-		DisableCompression: true,
-		// Enough idle connections per host for a crawler's workers on
-		// one site: with fewer than its concurrent requests, every
-		// response beyond them closes a connection that the next request
-		// dials again (the bench's 16 clients on one origin spent a
-		// tenth of the proxy's CPU in dials with 8).
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64,
+		DisableCompression:    true,
+		MaxIdleConns:          maxIdleOrigin,
 		IdleConnTimeout:       p.idleTimeout,
 		ResponseHeaderTimeout: responseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
@@ -244,7 +241,18 @@ func New(cfg Config) (*Proxy, error) {
 			pr.Out.Header.Del("Proxy-Authorization")
 			pr.Out.Header.Del("Proxy-Connection")
 		},
-		Transport: p.transport,
+		Transport: &originTransport{
+			dial: func(ctx context.Context, addr string) (net.Conn, net.Conn, error) {
+				c, err := p.dial(ctx, "tcp", addr)
+				if err != nil {
+					return nil, nil, err
+				}
+				return newIdleConn(c, newActivity(p.idleTimeout)), c, nil
+			},
+			responseHeaderTimeout: responseHeaderTimeout,
+			idleTimeout:           p.idleTimeout,
+			upgrades:              p.transport,
+		},
 		// Without a pool, ReverseProxy allocates a 32 KiB buffer for
 		// every response body: most of the garbage per request.
 		BufferPool:    bufferPool{},
@@ -257,7 +265,12 @@ func New(cfg Config) (*Proxy, error) {
 
 // CloseIdleConnections closes the idle keep-alive connections to upstream
 // servers.
-func (p *Proxy) CloseIdleConnections() { p.transport.CloseIdleConnections() }
+func (p *Proxy) CloseIdleConnections() {
+	if t, ok := p.forwarder.Transport.(*originTransport); ok {
+		t.CloseIdleConnections()
+	}
+	p.transport.CloseIdleConnections()
+}
 
 // dial connects to an upstream server, within the dial timeout and the
 // egress policy.
