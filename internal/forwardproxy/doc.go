@@ -2,8 +2,10 @@
 // pods of the kubernetes provider run it through the operator's `proxy`
 // subcommand, and the Proxmox simulator's guests run it too.
 //
-// A Proxy forwards absolute-form HTTP requests (GET http://host/path) with
-// its own Transport and tunnels CONNECT requests (CONNECT host:443) by
+// A Proxy forwards absolute-form HTTP requests (GET http://host/path) over
+// kept-alive connections to origins that it writes and reads on the
+// request's own goroutine (originTransport; http.Transport only for
+// upgrades) and tunnels CONNECT requests (CONNECT host:443) by
 // splicing the client's connection to the upstream one. Before anything
 // else it checks the client's address against the allowed source ranges
 // (403 otherwise), then its Proxy-Authorization Basic credentials (407
