@@ -25,6 +25,7 @@ func (l *eventsList) load(ns string) error {
 // (maxEventNote, message.go) because that is where the API server starts
 // refusing them, and a refused event is lost.
 func TestEventNoteLimitIsTheAPIServers(t *testing.T) {
+	needEnvtest(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		size   int
