@@ -109,7 +109,7 @@ func (r *results) verdict(i int, ours measurement) string {
 		}
 	}
 	if s, ok := r.find("squid"); ok {
-		ratio := float64(ours.p99) / float64(max(s.scenarios[i].p99, time.Microsecond))
+		ratio := p99Ratio(ours, s.scenarios[i])
 		parts = append(parts, fmt.Sprintf("p99 %.2f× squid's (≤ 1: %s)", ratio, met(ratio <= 1)))
 	}
 	if len(parts) == 0 {
@@ -124,17 +124,23 @@ func (r *results) verdict(i int, ours measurement) string {
 func (r *results) pacedVerdict(i int, ours measurement) string {
 	var parts []string
 	if s, ok := r.find("squid"); ok {
-		ratio := float64(ours.p99) / float64(max(s.scenarios[i].p99, time.Microsecond))
+		ratio := p99Ratio(ours, s.scenarios[i])
 		parts = append(parts, fmt.Sprintf("at one rate for all: p99 %.2f× squid's (≤ 1: %s)", ratio, met(ratio <= 1)))
 	}
 	if t, ok := r.find("tinyproxy"); ok {
-		ratio := float64(ours.p99) / float64(max(t.scenarios[i].p99, time.Microsecond))
+		ratio := p99Ratio(ours, t.scenarios[i])
 		parts = append(parts, fmt.Sprintf("p99 %.2f× tinyproxy's", ratio))
 	}
 	if len(parts) == 0 {
 		return "no reference proxy measured"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// p99Ratio is ours's p99 over ref's (a ref under a microsecond counts as
+// one).
+func p99Ratio(ours, ref measurement) float64 {
+	return float64(ours.p99) / float64(max(ref.p99, time.Microsecond))
 }
 
 // cpuPerRequest compares the CPU two proxies spent per request, and the

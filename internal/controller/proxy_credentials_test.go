@@ -129,14 +129,8 @@ func TestReadyLooksReadTheSecretOncePerResync(t *testing.T) {
 		t.Helper()
 		now = now.Add(after)
 		reads = 0
-		if _, err := r.Reconcile(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-		var got crawlv1alpha1.Proxy
-		if err := c.Get(context.Background(), req.NamespacedName, &got); err != nil {
-			t.Fatal(err)
-		}
-		return reads, &got
+		got := reconcileAndRead(t, r, c, req)
+		return reads, got
 	}
 	for i := 0; ; i++ {
 		if _, got := look(time.Second); got.Status.Phase == crawlv1alpha1.ProxyPhaseReady {

@@ -28,10 +28,8 @@ import (
 // http.Transport), which hands ReverseProxy the connection it switches.
 // The zero value is not usable: see Proxy's New.
 type originTransport struct {
-	// dial opens a connection to an origin within the egress policy;
-	// raw is the TCP connection under it (for the liveness check), nil
-	// when there is none.
-	dial func(ctx context.Context, addr string) (c net.Conn, raw net.Conn, err error)
+	// dial opens a connection to an origin within the egress policy.
+	dial func(ctx context.Context, addr string) (*idleConn, error)
 	// responseHeaderTimeout bounds the wait for an answer's head.
 	responseHeaderTimeout time.Duration
 	// idleTimeout closes a kept-alive connection unused for that long.
@@ -56,8 +54,7 @@ const (
 
 // originConn is a connection to an origin with its buffers.
 type originConn struct {
-	net.Conn
-	raw   net.Conn
+	*idleConn
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	addr  string
@@ -72,8 +69,8 @@ type originConn struct {
 	read int64
 }
 
-func newOriginConn(c, raw net.Conn, addr string) *originConn {
-	oc := &originConn{Conn: c, raw: raw, bw: bufio.NewWriter(c), addr: addr}
+func newOriginConn(c *idleConn, addr string) *originConn {
+	oc := &originConn{idleConn: c, bw: bufio.NewWriter(c), addr: addr}
 	oc.br = bufio.NewReader(readCounter{oc})
 	return oc
 }
@@ -107,11 +104,11 @@ func (t *originTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		oc := t.take(addr)
 		reused := oc != nil
 		if oc == nil {
-			c, raw, err := t.dial(req.Context(), addr)
+			c, err := t.dial(req.Context(), addr)
 			if err != nil {
 				return nil, err
 			}
-			oc = newOriginConn(c, raw, addr)
+			oc = newOriginConn(c, addr)
 		}
 		before := oc.read
 		resp, err := t.exchange(req, oc)
@@ -267,7 +264,8 @@ func (t *originTransport) take(addr string) *originConn {
 		t.count--
 		t.mu.Unlock()
 		oc.timer.Stop()
-		if alive(oc.raw) {
+		// The socket under the idle tracking: a peek moves no bytes.
+		if alive(oc.Conn) {
 			return oc
 		}
 		_ = oc.Close()

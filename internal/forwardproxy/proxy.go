@@ -134,9 +134,10 @@ type Proxy struct {
 	dialTimeout time.Duration
 	idleTimeout time.Duration
 	metrics     *Metrics
-	access      logr.Logger // where the lines of finish go
-	username    string      // for the access log; "" without authentication
-	transport   *http.Transport
+	access      logr.Logger      // where the lines of finish go
+	username    string           // for the access log; "" without authentication
+	transport   *http.Transport  // upgrades only
+	origins     *originTransport // every other plain request
 	forwarder   *httputil.ReverseProxy
 	upstream    Upstream // nil: destinations are dialed directly
 	proxyStatus string   // the name in Proxy-Status, "" for none
@@ -231,6 +232,12 @@ func New(cfg Config) (*Proxy, error) {
 		ResponseHeaderTimeout: responseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
+	p.origins = &originTransport{
+		dial:                  p.dialOrigin,
+		responseHeaderTimeout: responseHeaderTimeout,
+		idleTimeout:           p.idleTimeout,
+		upgrades:              p.transport,
+	}
 	p.forwarder = &httputil.ReverseProxy{
 		// The request URL is already the absolute upstream URL. Rewrite
 		// (rather than Director) also drops client-sent X-Forwarded-*
@@ -241,18 +248,7 @@ func New(cfg Config) (*Proxy, error) {
 			pr.Out.Header.Del("Proxy-Authorization")
 			pr.Out.Header.Del("Proxy-Connection")
 		},
-		Transport: &originTransport{
-			dial: func(ctx context.Context, addr string) (net.Conn, net.Conn, error) {
-				c, err := p.dial(ctx, "tcp", addr)
-				if err != nil {
-					return nil, nil, err
-				}
-				return newIdleConn(c, newActivity(p.idleTimeout)), c, nil
-			},
-			responseHeaderTimeout: responseHeaderTimeout,
-			idleTimeout:           p.idleTimeout,
-			upgrades:              p.transport,
-		},
+		Transport: p.origins,
 		// Without a pool, ReverseProxy allocates a 32 KiB buffer for
 		// every response body: most of the garbage per request.
 		BufferPool:    bufferPool{},
@@ -266,9 +262,7 @@ func New(cfg Config) (*Proxy, error) {
 // CloseIdleConnections closes the idle keep-alive connections to upstream
 // servers.
 func (p *Proxy) CloseIdleConnections() {
-	if t, ok := p.forwarder.Transport.(*originTransport); ok {
-		t.CloseIdleConnections()
-	}
+	p.origins.CloseIdleConnections()
 	p.transport.CloseIdleConnections()
 }
 
@@ -280,15 +274,24 @@ func (p *Proxy) dial(ctx context.Context, network, addr string) (net.Conn, error
 	return dialChecked(ctx, p.dialer, p.resolver, network, addr)
 }
 
-// dialIdle is dial for the Transport: its connections end after the idle
-// timeout without traffic, which bounds upgraded (WebSocket) tunnels and
-// responses that stall, and closes idle keep-alive connections.
-func (p *Proxy) dialIdle(ctx context.Context, network, addr string) (net.Conn, error) {
-	c, err := p.dial(ctx, network, addr)
+// dialOrigin connects to an origin for plain requests: its connections end
+// after the idle timeout without traffic, which bounds upgraded (WebSocket)
+// tunnels and responses that stall.
+func (p *Proxy) dialOrigin(ctx context.Context, addr string) (*idleConn, error) {
+	c, err := p.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	return newIdleConn(c, newActivity(p.idleTimeout)), nil
+}
+
+// dialIdle is dialOrigin for the upgrades' http.Transport.
+func (p *Proxy) dialIdle(ctx context.Context, _, addr string) (net.Conn, error) {
+	c, err := p.dialOrigin(ctx, addr)
+	if err != nil {
+		return nil, err // not a nil *idleConn in an interface
+	}
+	return c, nil
 }
 
 // exchange is what is known of one request, for its log line and metrics.
