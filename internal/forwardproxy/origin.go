@@ -2,6 +2,7 @@ package forwardproxy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -35,6 +36,13 @@ type originTransport struct {
 	// idleTimeout closes a kept-alive connection unused for that long.
 	idleTimeout time.Duration
 	upgrades    http.RoundTripper
+	// proxy, when set, names the proxy a request goes to and the
+	// Proxy-Authorization for it: requests are then written in absolute
+	// form to that proxy (NewProxyTransport).
+	proxy func(req *http.Request) (addr, authorization string, err error)
+	// maxIdle and maxIdlePerHost bound the kept-alive connections;
+	// zero: maxIdleOrigin and maxIdleOriginPerHost.
+	maxIdle, maxIdlePerHost int
 
 	mu    sync.Mutex
 	idle  map[string][]*originConn // by host:port, the most recently used last
@@ -99,7 +107,21 @@ func (t *originTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("Upgrade") != "" {
 		return t.upgrades.RoundTrip(req)
 	}
-	addr := originAddr(req)
+	addr, authorization := originAddr(req), ""
+	if t.proxy != nil {
+		var err error
+		if addr, authorization, err = t.proxy(req); err != nil {
+			return nil, err
+		}
+		if authorization != "" {
+			// On a copy: the caller's header map never holds the
+			// proxy's credentials.
+			r := *req
+			r.Header = req.Header.Clone()
+			r.Header.Set("Proxy-Authorization", authorization)
+			req = &r
+		}
+	}
 	for {
 		oc := t.take(addr)
 		reused := oc != nil
@@ -152,7 +174,11 @@ func (t *originTransport) exchange(req *http.Request, oc *originConn) (*http.Res
 		}
 		return nil, err
 	}
-	if err := req.Write(oc.bw); err != nil {
+	write := req.Write
+	if t.proxy != nil {
+		write = req.WriteProxy
+	}
+	if err := write(oc.bw); err != nil {
 		return fail(err)
 	}
 	if err := oc.bw.Flush(); err != nil {
@@ -178,6 +204,13 @@ func (t *originTransport) exchange(req *http.Request, oc *originConn) (*http.Res
 	b := &originBody{ReadCloser: resp.Body, t: t, oc: oc, stop: stop,
 		keep: !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols}
 	empty := resp.Body == http.NoBody
+	if x, ok := ctx.Value(exchangeKey{}).(*exchange); ok && x.sink != nil && !empty &&
+		resp.ContentLength > 0 && len(resp.TransferEncoding) == 0 && req.Method != http.MethodHead {
+		// A body of known length, for a client on Serve's connection:
+		// read here, so that its bulk can be spliced (readDirect). The
+		// parser's own body reader is left unread and never closed.
+		b.ReadCloser, b.sink, b.left = http.NoBody, x.sink, resp.ContentLength
+	}
 	resp.Body = b
 	if empty {
 		// Nothing to read: the connection is free now.
@@ -209,15 +242,71 @@ type originBody struct {
 	keep bool
 	eof  bool
 	done bool // the connection was given back or closed
+	// sink is the client's response writer when the body is read here
+	// (readDirect); left is what remains of it then.
+	sink io.ReaderFrom
+	left int64
+	bulk bool // the last read filled the caller's buffer
 }
 
 func (b *originBody) Read(p []byte) (int, error) {
 	if b.done && b.eof {
 		return 0, io.EOF
 	}
+	if b.sink != nil {
+		return b.readDirect(p)
+	}
 	n, err := b.ReadCloser.Read(p)
 	if errors.Is(err, io.EOF) {
 		b.eof = true
+		b.release()
+	}
+	return n, err
+}
+
+// bulkRead is the least read that says a body is bulky when it fills the
+// caller's buffer: ReverseProxy reads 32 KiB at a time, and a gateway's
+// first look at a body reads a few hundred bytes, which says nothing.
+const bulkRead = 16 << 10
+
+// readDirect reads a body of known length from the connection. Once a read
+// filled the caller's buffer (a bulk transfer), each read first hands the
+// client's response writer what already waits in the origin's socket
+// (moveWaiting), which splices it (Linux) from socket to socket: ReverseProxy,
+// the caller, has written every byte read before, so the order holds, and
+// the writer counts what it sent against the answer's Content-Length. What
+// the head's read left buffered goes the ordinary way first.
+func (b *originBody) readDirect(p []byte) (int, error) {
+	if b.bulk && b.oc.br.Buffered() == 0 {
+		m, err := moveWaiting(b.sink, b.oc.idleConn, b.left)
+		b.left -= m
+		if err != nil {
+			b.release()
+			return 0, err
+		}
+		if b.left == 0 {
+			b.eof = true
+			b.release()
+			return 0, io.EOF
+		}
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.oc.br.Read(p)
+	b.left -= int64(n)
+	b.bulk = n == len(p) && n >= bulkRead
+	if b.left == 0 {
+		// The end, told with the last bytes, gives the connection back
+		// before the client has them, as the parser's reader does.
+		b.eof = true
+		b.release()
+		return n, io.EOF
+	}
+	if errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
 		b.release()
 	}
 	return n, err
@@ -277,7 +366,8 @@ func (t *originTransport) take(addr string) *originConn {
 func (t *originTransport) put(oc *originConn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.count >= maxIdleOrigin || len(t.idle[oc.addr]) >= maxIdleOriginPerHost {
+	maxIdle, maxPerHost := cmp.Or(t.maxIdle, maxIdleOrigin), cmp.Or(t.maxIdlePerHost, maxIdleOriginPerHost)
+	if t.count >= maxIdle || len(t.idle[oc.addr]) >= maxPerHost {
 		_ = oc.Close()
 		return
 	}

@@ -1,18 +1,24 @@
 package forwardproxy_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
 type connCount struct{}
@@ -24,8 +30,7 @@ type connCount struct{}
 // request arrived.
 func countingOrigin(t *testing.T, dropSecond bool) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
-	var conns atomic.Int64
-	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return countingOriginOf(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n, _ := r.Context().Value(connCount{}).(*atomic.Int64)
 		if dropSecond && n.Add(1) == 2 {
 			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
@@ -36,6 +41,14 @@ func countingOrigin(t *testing.T, dropSecond bool) (*httptest.Server, *atomic.In
 		_, _ = io.ReadAll(r.Body)
 		_, _ = io.WriteString(w, "answer to "+r.Method+" "+r.URL.Path)
 	}))
+}
+
+// countingOriginOf is an origin that serves h and counts the connections it
+// accepted.
+func countingOriginOf(t *testing.T, h http.Handler) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var conns atomic.Int64
+	o := httptest.NewUnstartedServer(h)
 	o.Config.ConnContext = func(ctx context.Context, _ net.Conn) context.Context {
 		conns.Add(1)
 		return context.WithValue(ctx, connCount{}, new(atomic.Int64))
@@ -160,4 +173,81 @@ func TestAKeptAliveConnectionEndsAfterTheIdleTimeout(t *testing.T) {
 		t.Fatalf("status %d", status)
 	}
 	eventually(t, "the proxy closes its idle connection to the origin", func() bool { return closed.Load() == 1 })
+}
+
+// TestLargeAnswersArriveWholeOnKeptConnections: answers of a few MiB with a
+// Content-Length, which the proxy splices from the origin's socket to the
+// client's (docs/performance.md, "Plain answers spliced"), arrive byte for
+// byte, leave both kept-alive connections usable (three answers, one
+// connection on each side), and are counted whole in the proxy's
+// metrics; a HEAD gets the length without a body; an answer the origin cuts
+// short fails for the client and costs the next request nothing.
+func TestLargeAnswersArriveWholeOnKeptConnections(t *testing.T) {
+	const size = 3 << 20
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i % 251)
+	}
+	o, originConns := countingOriginOf(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		if r.URL.Path == "/cut" {
+			// Half the body, then the connection ends.
+			w.WriteHeader(http.StatusOK)
+			_, _ = w.Write(payload[:size/2])
+			if c, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = c.Close()
+			}
+			return
+		}
+		_, _ = w.Write(payload)
+	}))
+	h := start(t, withAuth, wait)
+	var clientConns atomic.Int64
+	u := &url.URL{Scheme: "http", Host: h.addr, User: url.UserPassword(testUser, testPassword)}
+	tr := &http.Transport{Proxy: http.ProxyURL(u), DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		clientConns.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: wait}
+	// get returns the answer's status, its declared length and its body.
+	get := func(method, path string) (int, int64, []byte, error) {
+		req, err := http.NewRequest(method, o.URL+path, http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.ContentLength, b, err
+	}
+	for i := range 3 {
+		code, _, body, err := get(http.MethodGet, "/big")
+		if err != nil {
+			t.Fatalf("answer %d: %v", i+1, err)
+		}
+		if code != http.StatusOK || !bytes.Equal(body, payload) {
+			t.Fatalf("answer %d: %d with %d bytes, want 200 with the origin's %d", i+1, code, len(body), size)
+		}
+	}
+	if _, length, body, err := get(http.MethodHead, "/big"); err != nil || length != size || len(body) != 0 {
+		t.Errorf("HEAD: %v, length %d and %d bytes of body, want length %d and none", err, length, len(body), size)
+	}
+	if diff := cmp.Diff([2]int64{1, 1}, [2]int64{clientConns.Load(), originConns.Load()}); diff != "" {
+		t.Errorf("connections [client's, origin's] (-want +got):\n%s", diff)
+	}
+	// Counted as they flow: the client may have the last bytes a moment
+	// before the proxy counted them.
+	eventually(t, "the answers' bytes counted whole", func() bool {
+		return testutil.ToFloat64(h.metrics.Bytes.WithLabelValues(forwardproxy.DirectionDown)) == 3*size
+	})
+	if _, _, body, err := get(http.MethodGet, "/cut"); err == nil {
+		t.Errorf("an answer cut at %d of %d bytes reached the client as whole", len(body), size)
+	}
+	if code, _, body, err := get(http.MethodGet, "/big"); err != nil || code != http.StatusOK || !bytes.Equal(body, payload) {
+		t.Errorf("after a cut answer: %d, %v, %d bytes, want 200 and the whole answer", code, err, len(body))
+	}
 }

@@ -309,6 +309,10 @@ type exchange struct {
 	// conn is the client's connection on the net/http path, when Serve
 	// runs the Proxy; nil otherwise.
 	conn net.Conn
+	// sink takes a plain answer's body straight from an origin's socket
+	// (originBody): the response writer, when the client's connection is
+	// Serve's; nil otherwise.
+	sink io.ReaderFrom
 	// proxyStatus is the Proxy's name for Proxy-Status, "" for none.
 	proxyStatus string
 	// fields are the Upstream's own access log fields (AccessField).
@@ -539,7 +543,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, x *exchange) {
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = &countingBody{ReadCloser: r.Body, count: p.counter(x, true)}
 	}
-	p.forwarder.ServeHTTP(&statusWriter{ResponseWriter: w, x: x, count: p.counter(x, false)}, out)
+	sw := &statusWriter{ResponseWriter: w, x: x, count: p.counter(x, false)}
+	if x.conn != nil {
+		x.sink = sw
+	}
+	p.forwarder.ServeHTTP(sw, out)
 }
 
 // upstreamError answers a request whose upstream round trip failed.
@@ -645,11 +653,17 @@ func (b *countingBody) Read(buf []byte) (int, error) {
 }
 
 // statusWriter records the final status and counts the body bytes written.
-// ReverseProxy reaches Flush through Unwrap (http.ResponseController).
+// ReverseProxy flushes through FlushError (http.ResponseController).
 type statusWriter struct {
 	http.ResponseWriter
 	x     *exchange
 	count func(int)
+	// mu keeps ReadFrom, called by an origin's body within ReverseProxy's
+	// copy, apart from the flush that ReverseProxy's first timer runs on
+	// a goroutine of its own: net/http's response writer is not safe for
+	// concurrent use. Write needs no lock: ReverseProxy holds its own
+	// around Write and that flush.
+	mu sync.Mutex
 }
 
 func (s *statusWriter) WriteHeader(code int) {
@@ -679,3 +693,31 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// FlushError implements what http.ResponseController's Flush looks for.
+func (s *statusWriter) FlushError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// ReadFrom writes r's bytes as the body through net/http's own ReadFrom,
+// which hands an io.LimitedReader of a *net.TCPConn to the client's socket
+// (countedConn.ReadFrom): splice(2), the bytes never copied through the
+// process.
+func (s *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.x.status == 0 {
+		s.x.status = http.StatusOK
+	}
+	var n int64
+	var err error
+	if rf, ok := s.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(struct{ io.Writer }{s.ResponseWriter}, r)
+	}
+	s.count(int(n))
+	return n, err
+}

@@ -224,6 +224,16 @@ func (c *countedConn) CloseWrite() error {
 	return errors.ErrUnsupported
 }
 
+// ReadFrom is the accepted connection's own: net/http's response writer
+// hands it a plain answer's body read from an origin's socket (see
+// statusWriter.ReadFrom), which a *net.TCPConn splices.
+func (c *countedConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
 // NetConn returns the accepted connection, for tunnels that splice(2) it.
 func (c *countedConn) NetConn() net.Conn { return c.Conn }
 

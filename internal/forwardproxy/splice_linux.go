@@ -2,6 +2,7 @@ package forwardproxy
 
 import (
 	"io"
+	"math"
 	"net"
 	"syscall"
 	"unsafe"
@@ -15,21 +16,33 @@ import (
 // an idle tunnel still waits in the poller with nothing but its sockets.
 // It moves nothing when either side is not a TCP connection (zero, nil).
 func spliceWaiting(dst, src *idleConn) (int64, error) {
-	d, s := tcpConnOf(dst.Conn), tcpConnOf(src.Conn)
-	if d == nil || s == nil {
-		return 0, nil
-	}
-	n := waitingBytes(s)
-	if n <= 0 {
+	d := tcpConnOf(dst.Conn)
+	if d == nil {
 		return 0, nil
 	}
 	// A splice that fails part way drops what its pipe holds, so its
 	// deadlines must not be left over from an earlier moment: a whole
 	// idle timeout from now, as a read or a write would have.
-	deadline := src.a.deadline()
-	_ = s.SetReadDeadline(deadline)
-	_ = d.SetWriteDeadline(deadline)
-	m, err := d.ReadFrom(&io.LimitedReader{R: s, N: int64(n)})
+	_ = d.SetWriteDeadline(src.a.deadline())
+	return moveWaiting(d, src, math.MaxInt64)
+}
+
+// moveWaiting hands dst the bytes already waiting in src's socket, at most
+// limit, as an io.LimitedReader of src's *net.TCPConn: the reader that
+// (*net.TCPConn).ReadFrom splices from, directly or through net/http's
+// response writer on a TCP connection. It moves nothing when src is not a
+// TCP connection or nothing waits (zero, nil).
+func moveWaiting(dst io.ReaderFrom, src *idleConn, limit int64) (int64, error) {
+	s := tcpConnOf(src.Conn)
+	if s == nil {
+		return 0, nil
+	}
+	n := min(int64(waitingBytes(s)), limit)
+	if n <= 0 {
+		return 0, nil
+	}
+	_ = s.SetReadDeadline(src.a.deadline())
+	m, err := dst.ReadFrom(&io.LimitedReader{R: s, N: n})
 	if m > 0 {
 		src.a.touch()
 	}

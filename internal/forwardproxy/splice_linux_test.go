@@ -2,8 +2,15 @@ package forwardproxy
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,5 +83,101 @@ func TestSpliceWaitingMovesWhatIsWaiting(t *testing.T) {
 	// Nothing waiting: nothing moved, and no wait.
 	if moved, err := spliceWaiting(idst, isrc); moved != 0 || err != nil {
 		t.Errorf("spliceWaiting on an empty socket = %d, %v", moved, err)
+	}
+}
+
+// recordingSink stands for the client's response writer: it keeps what it
+// is handed, in the order of the body, and the readers it got.
+type recordingSink struct {
+	out     *bytes.Buffer
+	spliced int64
+	readers []string
+}
+
+func (s *recordingSink) ReadFrom(r io.Reader) (int64, error) {
+	lr, ok := r.(*io.LimitedReader)
+	if !ok {
+		s.readers = append(s.readers, fmt.Sprintf("%T", r))
+	} else {
+		s.readers = append(s.readers, fmt.Sprintf("%T of %T", lr, lr.R))
+	}
+	n, err := s.out.ReadFrom(r)
+	s.spliced += n
+	return n, err
+}
+
+// A plain answer of known length is read by originBody itself: once a read
+// fills ReverseProxy's buffer, what waits in the origin's socket goes to
+// the client's response writer as a limited *net.TCPConn (which the
+// writer splices), between the reads and in the body's order; the
+// connection goes back to the pool at the body's end, and the next request
+// uses it (docs/performance.md, "Plain answers spliced").
+func TestOriginBodyHandsTheBulkToTheClientsWriter(t *testing.T) {
+	const size = 4 << 20
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i * 7 / 5)
+	}
+	var conns atomic.Int64
+	o := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = w.Write(payload)
+	}))
+	o.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	o.Start()
+	t.Cleanup(o.Close)
+	tr := &originTransport{
+		dial: func(ctx context.Context, addr string) (*idleConn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return newIdleConn(c, newActivity(time.Minute)), nil
+		},
+		responseHeaderTimeout: spliceWait,
+		idleTimeout:           time.Minute,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	for round := range 2 {
+		sink := &recordingSink{out: &bytes.Buffer{}}
+		ctx := context.WithValue(t.Context(), exchangeKey{}, &exchange{sink: sink})
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.URL+"/big", http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 32<<10) // ReverseProxy's, from bufferPool
+		for {
+			n, err := resp.Body.Read(buf)
+			sink.out.Write(buf[:n])
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		_ = resp.Body.Close()
+		if !bytes.Equal(sink.out.Bytes(), payload) {
+			t.Fatalf("round %d: the body arrived altered: %d bytes, want %d", round, sink.out.Len(), size)
+		}
+		if sink.spliced == 0 {
+			t.Errorf("round %d: nothing was handed to the client's writer: the bulk went through the process", round)
+		}
+		for _, r := range sink.readers {
+			if r != "*io.LimitedReader of *net.TCPConn" {
+				t.Errorf("round %d: the writer got a %s, which (*net.TCPConn).ReadFrom does not splice", round, r)
+			}
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("the origin saw %d connections for two answers read whole, want 1 kept alive", n)
 	}
 }

@@ -1,10 +1,12 @@
 package forwardproxy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"net"
 	"net/http"
+	"time"
 )
 
 // Upstream is where a Proxy sends what it forwards, in place of reaching
@@ -185,3 +187,69 @@ func (p *Proxy) useUpstream(u Upstream) {
 func isRefused(err error) (*RefusedError, bool) {
 	return errors.AsType[*RefusedError](err)
 }
+
+// ProxyTransportConfig configures NewProxyTransport.
+type ProxyTransportConfig struct {
+	// Proxy names the proxy a request goes to (host:port) and the
+	// Proxy-Authorization value to send it ("" for none). An error fails
+	// the request as it is.
+	Proxy func(req *http.Request) (addr, authorization string, err error)
+	// Dial opens a connection to a proxy that Proxy named. Its error is
+	// returned as it is, so that the caller can tell a request that was
+	// never sent.
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// StallTimeout ends a connection that carried no byte either way for
+	// that long (DefaultIdleTimeout when zero).
+	StallTimeout time.Duration
+	// IdleTimeout closes a kept-alive connection unused for that long
+	// (DefaultIdleTimeout when zero).
+	IdleTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for an answer's head.
+	ResponseHeaderTimeout time.Duration
+	// MaxIdle and MaxIdlePerProxy bound the kept-alive connections (256
+	// and 64 when zero).
+	MaxIdle, MaxIdlePerProxy int
+	// Upgrades carries the requests that ask for a protocol upgrade
+	// (WebSocket), whose connection the Proxy then relays.
+	Upgrades http.RoundTripper
+}
+
+// ProxyTransport sends plain requests through other forward proxies, as a
+// Proxy sends them to origins: it writes each request (in absolute form,
+// with the proxy's credentials) and reads the answer's head on the
+// caller's goroutine, over kept-alive connections, and a body of known
+// length is spliced (Linux) from the proxy's socket to the client's once it
+// turns out bulky. An Upstream's RoundTrip uses it to reach its proxies.
+type ProxyTransport struct{ t *originTransport }
+
+// NewProxyTransport returns a ProxyTransport; cfg.Proxy, cfg.Dial and
+// cfg.Upgrades must be set.
+func NewProxyTransport(cfg ProxyTransportConfig) (*ProxyTransport, error) {
+	if cfg.Proxy == nil || cfg.Dial == nil || cfg.Upgrades == nil {
+		return nil, errors.New("forwardproxy: a proxy transport needs Proxy, Dial and Upgrades")
+	}
+	stall := cmp.Or(cfg.StallTimeout, DefaultIdleTimeout)
+	return &ProxyTransport{t: &originTransport{
+		dial: func(ctx context.Context, addr string) (*idleConn, error) {
+			c, err := cfg.Dial(ctx, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newIdleConn(c, newActivity(stall)), nil
+		},
+		proxy:                 cfg.Proxy,
+		responseHeaderTimeout: cmp.Or(cfg.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
+		idleTimeout:           cmp.Or(cfg.IdleTimeout, DefaultIdleTimeout),
+		upgrades:              cfg.Upgrades,
+		maxIdle:               cfg.MaxIdle,
+		maxIdlePerHost:        cfg.MaxIdlePerProxy,
+	}}, nil
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *ProxyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return t.t.RoundTrip(req)
+}
+
+// CloseIdleConnections closes the kept-alive connections.
+func (t *ProxyTransport) CloseIdleConnections() { t.t.CloseIdleConnections() }

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,5 +245,91 @@ func TestTunnelHeadersReachTheUpstream(t *testing.T) {
 		if diff := cmp.Diff([]http.Header{tc.want, tc.want}, got); diff != "" {
 			t.Errorf("%s: what Authorize and DialTunnel saw (-want +got):\n%s", tc.reason, diff)
 		}
+	}
+}
+
+// TestProxyTransportSpeaksToAProxy: a ProxyTransport writes each request in
+// absolute form with the Proxy-Authorization that Proxy named, on a copy of
+// the header (the caller's map never holds the proxy's credentials), keeps
+// the connection for the next request, and returns Dial's error as it is,
+// so that a gateway can tell a request that was never sent.
+func TestProxyTransportSpeaksToAProxy(t *testing.T) {
+	type seen struct{ URI, Auth string }
+	var got []seen
+	var conns atomic.Int64
+	next := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, seen{r.RequestURI, r.Header.Get("Proxy-Authorization")})
+		_, _ = io.WriteString(w, "relayed")
+	}))
+	next.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	next.Start()
+	t.Cleanup(next.Close)
+	errRefused := errors.New("no dial to this proxy")
+	tr, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
+		Proxy: func(*http.Request) (string, string, error) {
+			return next.Listener.Addr().String(), "Basic bWVtYmVyOnNlY3JldA==", nil
+		},
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			if addr != next.Listener.Addr().String() {
+				return nil, errRefused
+			}
+			return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		},
+		Upgrades: http.DefaultTransport,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	for _, path := range []string{"/a", "/b?q=1"} {
+		req, err := http.NewRequest(http.MethodGet, "http://origin.invalid"+path, http.NoBody)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil || string(body) != "relayed" {
+			t.Fatalf("%s: %q, %v", path, body, err)
+		}
+		if v := req.Header.Get("Proxy-Authorization"); v != "" {
+			t.Errorf("%s: the caller's header now holds the proxy's credentials", path)
+		}
+	}
+	want := []seen{{"http://origin.invalid/a", "Basic bWVtYmVyOnNlY3JldA=="}, {"http://origin.invalid/b?q=1", "Basic bWVtYmVyOnNlY3JldA=="}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("what the next proxy received (-want +got):\n%s", diff)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections to the next proxy for two requests, want 1 kept alive", n)
+	}
+
+	off, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
+		Proxy: func(*http.Request) (string, string, error) { return "127.0.0.1:1", "", nil },
+		Dial: func(context.Context, string) (net.Conn, error) {
+			return nil, errRefused
+		},
+		Upgrades: http.DefaultTransport,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://origin.invalid/", http.NoBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := off.RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	if !errors.Is(err, errRefused) {
+		t.Errorf("a failed dial: %v, want Dial's own error", err)
 	}
 }
