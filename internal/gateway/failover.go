@@ -279,7 +279,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 			g.succeeded(m)
 			attemptEvent(req.Context(), m, "ok")
 			forwardproxy.AccessField(req.Context(), "member", m.String())
-			resp.Body = &releasingBody{ReadCloser: resp.Body, release: release, ctx: req.Context(), handles: h}
+			resp.Body = releasing(resp, &releasingBody{ReadCloser: resp.Body, release: release, ctx: req.Context(), handles: h})
 			return resp, nil
 		}
 		attemptEvent(req.Context(), m, f.cause)
@@ -303,8 +303,10 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 // the first byte of its body, which a member sends with it for all but
 // slowly streamed answers.
 func primeBody(req *http.Request, resp *http.Response) *attemptError {
+	// A 101's connection speaks another protocol now, whose first bytes
+	// may be the client's to send: there is nothing to wait for.
 	if req.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified ||
-		resp.ContentLength == 0 || resp.Body == nil || resp.Body == http.NoBody {
+		resp.StatusCode == http.StatusSwitchingProtocols || resp.ContentLength == 0 || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
 	pb := &primedBody{ReadCloser: resp.Body}

@@ -131,7 +131,8 @@ type Gateway struct {
 	strategy  Strategy
 	dial      time.Duration
 	next      atomic.Uint64 // round-robin position
-	transport *http.Transport
+	transport *forwardproxy.ProxyTransport
+	upgrades  *http.Transport
 	// maxAttempts, ejectAfter, ejectFor, maxPerMember: see Config.
 	maxAttempts, ejectAfter, maxPerMember int
 	ejectFor                              time.Duration
@@ -212,7 +213,26 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	dialer := &net.Dialer{KeepAlive: -1}
 	stall := orDefault(cfg.StallTimeout, forwardproxy.DefaultIdleTimeout)
-	g.transport = &http.Transport{
+	// Only ever the member's own address: a request never reaches its
+	// destination from the gateway itself.
+	dialMember := func(ctx context.Context, addr string) (net.Conn, error) {
+		m, ok := ctx.Value(memberKey{}).(*Member)
+		if !ok || addr != m.target.host {
+			return nil, errNoMember
+		}
+		ctx, cancel := context.WithTimeout(ctx, g.dial)
+		defer cancel()
+		c, err := dialer.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, &dialError{err}
+		}
+		return c, nil
+	}
+	idle := orDefault(cfg.IdleTimeout, DefaultIdleTimeout)
+	headTimeout := orDefault(cfg.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	// A request that asks for a protocol upgrade (WebSocket) goes through
+	// net/http's Transport, which hands over the switched connection.
+	upgrades := &http.Transport{
 		// Every plain request goes to the member its context names, in
 		// absolute form, with the member's credentials from its URL.
 		Proxy: func(req *http.Request) (*url.URL, error) {
@@ -222,28 +242,43 @@ func New(cfg Config) (*Gateway, error) {
 			}
 			return m.target.url, nil
 		},
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			// Only ever the member's own address: a request never
-			// reaches its destination from the gateway itself.
-			m, ok := ctx.Value(memberKey{}).(*Member)
-			if !ok || addr != m.target.host {
-				return nil, errNoMember
-			}
-			ctx, cancel := context.WithTimeout(ctx, g.dial)
-			defer cancel()
-			c, err := dialer.DialContext(ctx, network, addr)
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			c, err := dialMember(ctx, addr)
 			if err != nil {
-				return nil, &dialError{err}
+				return nil, err
 			}
 			return forwardproxy.IdleConn(c, stall), nil
 		},
 		DisableCompression:    true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       orDefault(cfg.IdleTimeout, DefaultIdleTimeout),
-		ResponseHeaderTimeout: orDefault(cfg.ResponseHeaderTimeout, DefaultResponseHeaderTimeout),
+		MaxIdleConns:          maxIdleMemberConns,
+		MaxIdleConnsPerHost:   maxIdleConnsPerMember,
+		IdleConnTimeout:       idle,
+		ResponseHeaderTimeout: headTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
+	// Every other plain request: written and answered on the handler's
+	// goroutine, a body of known length spliced to the client
+	// (forwardproxy.ProxyTransport).
+	transport, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
+		Proxy: func(req *http.Request) (string, string, error) {
+			m, ok := req.Context().Value(memberKey{}).(*Member)
+			if !ok {
+				return "", "", errNoMember
+			}
+			return m.target.host, m.target.auth, nil
+		},
+		Dial:                  dialMember,
+		StallTimeout:          stall,
+		IdleTimeout:           idle,
+		ResponseHeaderTimeout: headTimeout,
+		MaxIdle:               maxIdleMemberConns,
+		MaxIdlePerProxy:       maxIdleConnsPerMember,
+		Upgrades:              upgrades,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.transport, g.upgrades = transport, upgrades
 	return g, nil
 }
 
@@ -255,7 +290,17 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // CloseIdleConnections closes idle keep-alive connections to members.
-func (g *Gateway) CloseIdleConnections() { g.transport.CloseIdleConnections() }
+func (g *Gateway) CloseIdleConnections() {
+	g.transport.CloseIdleConnections()
+	g.upgrades.CloseIdleConnections()
+}
+
+// Bounds of the kept-alive connections to members: a member's share of a
+// crawler's concurrent requests, and enough in all for a large pool.
+const (
+	maxIdleMemberConns    = 1024
+	maxIdleConnsPerMember = 64
+)
 
 // errNoMember is a Transport call without a member; it is a bug.
 var errNoMember = errors.New("gateway: request without a member")
@@ -550,6 +595,24 @@ func (b *releasingBody) Close() error {
 	}
 	return err
 }
+
+// releasing returns b for resp, writable when resp switched protocols:
+// ReverseProxy relays an upgraded connection (WebSocket) only through a
+// body it can write to.
+func releasing(resp *http.Response, b *releasingBody) io.ReadCloser {
+	if w, ok := b.ReadCloser.(io.Writer); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		return &releasingUpgrade{releasingBody: b, w: w}
+	}
+	return b
+}
+
+// releasingUpgrade is the releasingBody of an upgraded connection.
+type releasingUpgrade struct {
+	*releasingBody
+	w io.Writer
+}
+
+func (b *releasingUpgrade) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 // countBytes adds the bytes of the request or tunnel of ctx to a member's
 // series; h may be nil.

@@ -76,6 +76,12 @@ func TestPerMemberMetrics(t *testing.T) {
 		_, _, _, _ = get(s, origin.URL, nil)
 	}
 	sessionOn := set.PlaceSession("s1", 0, time.Now())
+	// A request is carried until the gateway closed its answer's body,
+	// which may be a moment after the client read the last bytes.
+	poll.Until(t, wait, func() (bool, string) {
+		n := metric(t, reg, "egress_proxies_gateway_member_in_flight", map[string]string{"pool": "crawl"})
+		return n == 0, fmt.Sprintf("%v requests and tunnels still in flight", n)
+	})
 	for _, m := range ms {
 		labels := map[string]string{"pool": "crawl", "member": m.name}
 		with := func(k, v string) map[string]string {

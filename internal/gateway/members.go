@@ -43,7 +43,7 @@ func ParseList(data []byte) ([]Entry, error) {
 
 // memberURL is what the gateway needs of a member's URL.
 type memberURL struct {
-	url  *url.URL // with credentials, for the Transport
+	url  *url.URL // with credentials, for the upgrades' Transport
 	host string   // host:port
 	auth string   // its Proxy-Authorization value, "" without credentials
 }

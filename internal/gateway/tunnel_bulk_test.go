@@ -1,13 +1,22 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // A bulk transfer through a gateway tunnel (which the forward proxy's relay
@@ -45,5 +54,105 @@ func TestTunnelCarriesBulkTransfers(t *testing.T) {
 	after := make([]byte, 5)
 	if _, err := io.ReadFull(br, after); err != nil || string(after) != "after" {
 		t.Errorf("echo after the bulk transfer = %q, %v", after, err)
+	}
+}
+
+// A plain answer of a few MiB through the gateway (whose transport to its
+// members splices a body of known length to the client once it turns out
+// bulky, docs/performance.md) arrives whole on a kept-alive client
+// connection, three times, and is counted whole on its member's series.
+func TestPlainAnswersCarryBulkBodies(t *testing.T) {
+	const size = 3 << 20
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(i * 5 % 251)
+	}
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = w.Write(payload)
+	}))
+	t.Cleanup(origin.Close)
+	ms := startMembers(t, 1)
+	set := gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	reg, gm := newMetrics(t)
+	h := startGateway(t, gateway.Config{Members: set, Metrics: gm})
+	var dials atomic.Int64
+	tr := &http.Transport{Proxy: http.ProxyURL(h.url(gwUser)), DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := &http.Client{Transport: tr, Timeout: wait}
+	for i := range 3 {
+		code, body, _, err := get(c, origin.URL+"/big", nil)
+		if err != nil || code != http.StatusOK || body != string(payload) {
+			t.Fatalf("answer %d: %d, %d bytes, %v; want 200 and the origin's %d bytes", i+1, code, len(body), err, size)
+		}
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("the client dialed the gateway %d times for three answers, want 1 kept-alive connection", n)
+	}
+	labels := map[string]string{"pool": "crawl", "member": ms[0].name, "direction": "down"}
+	poll.Until(t, wait, func() (bool, string) {
+		got := metric(t, reg, "egress_proxies_gateway_member_bytes_total", labels)
+		return got == 3*size, fmt.Sprintf("%v bytes down on the member's series, want %d", got, 3*size)
+	})
+}
+
+// A request that asks for a protocol upgrade (WebSocket and the like) goes
+// through a member to its origin, which switches: the client gets the 101
+// and the connection carries bytes both ways after it, from the member's
+// egress address.
+func TestUpgradesGoThroughAMember(t *testing.T) {
+	ms := startMembers(t, 1)
+	set := gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	h := startGateway(t, gateway.Config{Members: set})
+	from := make(chan string, 1)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "echo" {
+			http.Error(w, "upgrade only", http.StatusBadRequest)
+			return
+		}
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		from <- host
+		c, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close() }()
+		_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		_, _ = io.Copy(c, brw)
+	}))
+	t.Cleanup(origin.Close)
+	c, err := net.DialTimeout("tcp", h.addr, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(wait))
+	host := strings.TrimPrefix(origin.URL, "http://")
+	_, _ = io.WriteString(c, "GET "+origin.URL+"/ws HTTP/1.1\r\nHost: "+host+"\r\nConnection: Upgrade\r\nUpgrade: echo\r\nProxy-Authorization: "+basic(gwUser, gwPass)+"\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %s, want 101", resp.Status)
+	}
+	if got := <-from; got != ms[0].egress {
+		t.Errorf("the origin saw the upgrade from %s, want the member's egress address %s", got, ms[0].egress)
+	}
+	for _, msg := range []string{"ping", "pong"} {
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo of %q over the upgraded connection: %q, %v", msg, got, err)
+		}
 	}
 }
