@@ -417,6 +417,25 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
+// ReadFrom writes r's bytes with the connection's own ReadFrom: net/http's
+// response writer hands it a plain answer's body read from an origin's
+// socket (statusWriter.ReadFrom), which the *net.TCPConn under it splices.
+// Without it net/http would copy them through a buffer. The prefix is a
+// read's business only.
+func (c *prefixConn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+}
+
+// The connections Serve hands to net/http keep the socket's ReadFrom, which
+// is how a plain answer's bulk reaches splice(2).
+var (
+	_ io.ReaderFrom = (*prefixConn)(nil)
+	_ io.ReaderFrom = (*countedConn)(nil)
+)
+
 // CloseWrite shuts the write half of the connection, for tunnels.
 func (c *prefixConn) CloseWrite() error {
 	if cw, ok := c.Conn.(closeWriter); ok {
