@@ -200,7 +200,7 @@ func (r *results) writeGateway(w io.Writer) error {
 		case p.name == nameGateway:
 			v = "the forward proxy's figure is not positive"
 		}
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %d | %.1f | %s |\n", pathName(p.name), float64(p.rssBefore)/1024, float64(p.rssIdle)/1024, p.idle, p.perTunnelKiB(), v)
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %d | %.1f | %s%s |\n", pathName(p.name), float64(p.rssBefore)/1024, float64(p.rssIdle)/1024, p.idle, p.perTunnelKiB(), v, p.refusedNote())
 	}
 	if pl := r.placement; pl != nil {
 		b.WriteString("\n| Sessions | Members | µs per placement | Share moved by a member's loss | Share that was on it | Moved although their member stayed | Verdict |\n")

@@ -341,33 +341,47 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 }
 
 // openIdleTunnels opens n CONNECT tunnels to target through proxyAddr and
-// leaves them idle.
-func openIdleTunnels(ctx context.Context, proxyAddr, target string, n int) ([]net.Conn, error) {
-	conns := make([]net.Conn, 0, n)
+// leaves them idle. A CONNECT that is refused is tried again on a new
+// connection, up to maxIdleRefusals in all, and counted in refused:
+// proxy-chain may send a CONNECT on a connection to its upstream that it
+// kept alive after plain requests, which our forward proxy refuses (400,
+// proxy-chain's 590) and closes, so the next one goes on a new connection.
+func openIdleTunnels(ctx context.Context, proxyAddr, target string, n int) (conns []net.Conn, refused int, err error) {
+	conns = make([]net.Conn, 0, n)
 	req := []byte(connectRequest(target))
 	var d net.Dialer
-	for range n {
+	for len(conns) < n {
 		c, err := d.DialContext(ctx, "tcp", proxyAddr)
 		if err != nil {
-			return conns, err
+			return conns, refused, err
 		}
-		conns = append(conns, c)
 		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
 		if _, err := c.Write(req); err != nil {
-			return conns, err
+			_ = c.Close()
+			return conns, refused, err
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
 		if err != nil {
-			return conns, err
+			_ = c.Close()
+			return conns, refused, err
 		}
 		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return conns, fmt.Errorf("CONNECT: %s", resp.Status)
+			_ = c.Close()
+			if refused++; refused > maxIdleRefusals {
+				return conns, refused, fmt.Errorf("CONNECT: %s (%d refused)", resp.Status, refused)
+			}
+			continue
 		}
 		_ = c.SetDeadline(time.Time{})
+		conns = append(conns, c)
 	}
-	return conns, nil
+	return conns, refused, nil
 }
+
+// maxIdleRefusals bounds the refused CONNECTs that openIdleTunnels tries
+// again.
+const maxIdleRefusals = 10
 
 func closeAll(conns []net.Conn) {
 	for _, c := range conns {

@@ -330,11 +330,12 @@ func median(ms []measurement) measurement {
 func idleTunnels(ctx context.Context, p *proxyProc, org *origin, n int, r *proxyResult) error {
 	settle(ctx)
 	r.rssBefore = p.rssKiB()
-	tunnels, err := openIdleTunnels(ctx, p.addr, org.addr, n)
+	tunnels, refused, err := openIdleTunnels(ctx, p.addr, org.addr, n)
 	defer closeAll(tunnels)
 	if err != nil {
 		return err
 	}
+	r.idleRefused = refused
 	settle(ctx)
 	r.rssIdle = p.rssKiB()
 	r.idle = len(tunnels)

@@ -16,6 +16,17 @@ type proxyResult struct {
 	rssBefore int64         // KiB, after the scenarios, before the idle tunnels
 	rssIdle   int64         // KiB, with the idle tunnels open
 	idle      int
+	// idleRefused counts the CONNECTs of the idle tunnels that were
+	// refused and opened again (openIdleTunnels).
+	idleRefused int
+}
+
+// refusedNote says how many idle tunnels had to be opened again, or "".
+func (r proxyResult) refusedNote() string {
+	if r.idleRefused == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d CONNECTs refused and opened again", r.idleRefused)
 }
 
 // perTunnelKiB is the memory each idle tunnel added.
@@ -200,7 +211,7 @@ func (r *results) write(w io.Writer) error {
 				v = fmt.Sprintf("%.2f× the least of the others (≤ 1: %s)", ratio, met(ratio <= 1))
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %d | %.1f | %s |\n", p.name, float64(p.rssBefore)/1024, float64(p.rssIdle)/1024, p.idle, p.perTunnelKiB(), v)
+		fmt.Fprintf(&b, "| %s | %.1f | %.1f | %d | %.1f | %s%s |\n", p.name, float64(p.rssBefore)/1024, float64(p.rssIdle)/1024, p.idle, p.perTunnelKiB(), v, p.refusedNote())
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
