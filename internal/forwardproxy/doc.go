@@ -5,8 +5,10 @@
 // A Proxy forwards absolute-form HTTP requests (GET http://host/path) over
 // kept-alive connections to origins that it writes and reads on the
 // request's own goroutine (originTransport; http.Transport only for
-// upgrades) and tunnels CONNECT requests (CONNECT host:443) by
-// splicing the client's connection to the upstream one. Before anything
+// upgrades), splicing the bulk of an answer of known length from the
+// origin's socket to the client's, and tunnels CONNECT requests (CONNECT
+// host:443) by splicing the client's connection to the upstream one. A
+// ProxyTransport does the same towards other proxies, for an Upstream. Before anything
 // else it checks the client's address against the allowed source ranges
 // (403 otherwise), then its Proxy-Authorization Basic credentials (407
 // otherwise), then its capacity (503 past MaxConcurrent). Every answer it
