@@ -7,11 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,18 +254,10 @@ func TestTunnelHeadersReachTheUpstream(t *testing.T) {
 func TestProxyTransportSpeaksToAProxy(t *testing.T) {
 	type seen struct{ URI, Auth string }
 	var got []seen
-	var conns atomic.Int64
-	next := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	next, conns := countingOriginOf(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, seen{r.RequestURI, r.Header.Get("Proxy-Authorization")})
 		_, _ = io.WriteString(w, "relayed")
 	}))
-	next.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	next.Start()
-	t.Cleanup(next.Close)
 	errRefused := errors.New("no dial to this proxy")
 	tr, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
 		Proxy: func(*http.Request) (string, string, error) {
