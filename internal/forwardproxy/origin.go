@@ -244,7 +244,7 @@ type originBody struct {
 	done bool // the connection was given back or closed
 	// sink is the client's response writer when the body is read here
 	// (readDirect); left is what remains of it then.
-	sink io.ReaderFrom
+	sink bodySink
 	left int64
 	bulk bool // the last read filled the caller's buffer
 }
@@ -270,14 +270,16 @@ func (b *originBody) Read(p []byte) (int, error) {
 const bulkRead = 16 << 10
 
 // readDirect reads a body of known length from the connection. Once a read
-// filled the caller's buffer (a bulk transfer), each read first hands the
-// client's response writer what already waits in the origin's socket
-// (moveWaiting), which splices it (Linux) from socket to socket: ReverseProxy,
-// the caller, has written every byte read before, so the order holds, and
-// the writer counts what it sent against the answer's Content-Length. What
-// the head's read left buffered goes the ordinary way first.
+// filled the caller's buffer (a bulk transfer) and the answer's head went
+// to the client, each read first hands the client's response writer what
+// already waits in the origin's socket (moveWaiting), which splices it
+// (Linux) from socket to socket: ReverseProxy, the caller, has written
+// every byte read before, so the order holds, and the writer counts what it
+// sent against the answer's Content-Length. What the head's read left
+// buffered goes the ordinary way first. A body read before the head was
+// sent (a gateway drops a failed attempt's) is only read.
 func (b *originBody) readDirect(p []byte) (int, error) {
-	if b.bulk && b.oc.br.Buffered() == 0 {
+	if b.bulk && b.sink.sending() && b.oc.br.Buffered() == 0 {
 		m, err := moveWaiting(b.sink, b.oc.idleConn, b.left)
 		b.left -= m
 		if err != nil {

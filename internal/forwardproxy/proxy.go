@@ -312,7 +312,7 @@ type exchange struct {
 	// sink takes a plain answer's body straight from an origin's socket
 	// (originBody): the response writer, when the client's connection is
 	// Serve's; nil otherwise.
-	sink io.ReaderFrom
+	sink bodySink
 	// proxyStatus is the Proxy's name for Proxy-Status, "" for none.
 	proxyStatus string
 	// fields are the Upstream's own access log fields (AccessField).
@@ -693,6 +693,18 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// bodySink is where an origin's body hands its bulk: the client's response
+// writer.
+type bodySink interface {
+	io.ReaderFrom
+	// sending reports whether the answer's head went to the client: only
+	// then are the bytes an origin's body reads the client's. Before, a
+	// body may be read and dropped (a gateway's failed attempt).
+	sending() bool
+}
+
+func (s *statusWriter) sending() bool { return s.x.status != 0 }
 
 // FlushError implements what http.ResponseController's Flush looks for.
 func (s *statusWriter) FlushError() error {

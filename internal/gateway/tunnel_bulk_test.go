@@ -156,3 +156,33 @@ func TestUpgradesGoThroughAMember(t *testing.T) {
 		}
 	}
 }
+
+// A member's ban answer with a large body is dropped when another member
+// takes the request: not one byte of it reaches the client, although a
+// member's body hands its bulk straight to the client's writer once the
+// answer's head was sent (forwardproxy's readDirect), which a dropped
+// answer's never was.
+func TestADroppedLargeBanAnswerNeverReachesTheClient(t *testing.T) {
+	const size = 1 << 20
+	ms := startMembers(t, 2)
+	refusal := bytes.Repeat([]byte("B"), size)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if host == ms[0].egress {
+			w.Header().Set("Content-Length", strconv.Itoa(size))
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write(refusal)
+			return
+		}
+		_, _ = io.WriteString(w, host)
+	}))
+	t.Cleanup(origin.Close)
+	set := gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	h := startGateway(t, gateway.Config{Members: set})
+	// Round-robin starts at ms[0], which gets the ban.
+	code, body, _, err := get(h.client(t, gwUser), origin.URL, nil)
+	if err != nil || code != http.StatusOK || body != ms[1].egress {
+		t.Errorf("through the gateway: %d, %d bytes (%.40q), %v; want 200 and the other member's address %s only", code, len(body), body, err, ms[1].egress)
+	}
+}
