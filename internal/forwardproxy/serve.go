@@ -227,11 +227,15 @@ func (c *countedConn) CloseWrite() error {
 // ReadFrom is the accepted connection's own: net/http's response writer
 // hands it a plain answer's body read from an origin's socket (see
 // statusWriter.ReadFrom), which a *net.TCPConn splices.
-func (c *countedConn) ReadFrom(r io.Reader) (int64, error) {
-	if rf, ok := c.Conn.(io.ReaderFrom); ok {
+func (c *countedConn) ReadFrom(r io.Reader) (int64, error) { return connReadFrom(c.Conn, r) }
+
+// connReadFrom writes r's bytes to c with c's own ReadFrom when it has one
+// (a *net.TCPConn's splices from a TCP connection), else through a buffer.
+func connReadFrom(c net.Conn, r io.Reader) (int64, error) {
+	if rf, ok := c.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
 	}
-	return io.Copy(struct{ io.Writer }{c.Conn}, r)
+	return io.Copy(struct{ io.Writer }{c}, r)
 }
 
 // NetConn returns the accepted connection, for tunnels that splice(2) it.

@@ -204,7 +204,8 @@ type ProxyTransportConfig struct {
 	// IdleTimeout closes a kept-alive connection unused for that long
 	// (DefaultIdleTimeout when zero).
 	IdleTimeout time.Duration
-	// ResponseHeaderTimeout bounds the wait for an answer's head.
+	// ResponseHeaderTimeout bounds the wait for an answer's head
+	// (DefaultResponseHeaderTimeout when zero).
 	ResponseHeaderTimeout time.Duration
 	// MaxIdle and MaxIdlePerProxy bound the kept-alive connections (256
 	// and 64 when zero).

@@ -130,9 +130,9 @@ type Gateway struct {
 	auth      *credentials // nil: no authentication
 	strategy  Strategy
 	dial      time.Duration
-	next      atomic.Uint64 // round-robin position
-	transport *forwardproxy.ProxyTransport
-	upgrades  *http.Transport
+	next      atomic.Uint64                // round-robin position
+	transport *forwardproxy.ProxyTransport // plain requests to members
+	upgrades  *http.Transport              // upgrades (WebSocket) to members
 	// maxAttempts, ejectAfter, ejectFor, maxPerMember: see Config.
 	maxAttempts, ejectAfter, maxPerMember int
 	ejectFor                              time.Duration
@@ -233,7 +233,7 @@ func New(cfg Config) (*Gateway, error) {
 	// A request that asks for a protocol upgrade (WebSocket) goes through
 	// net/http's Transport, which hands over the switched connection.
 	upgrades := &http.Transport{
-		// Every plain request goes to the member its context names, in
+		// Every upgrade goes to the member its context names, in
 		// absolute form, with the member's credentials from its URL.
 		Proxy: func(req *http.Request) (*url.URL, error) {
 			m, ok := req.Context().Value(memberKey{}).(*Member)
