@@ -422,7 +422,7 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 // socket (statusWriter.ReadFrom), which the *net.TCPConn under it splices.
 // Without it net/http would copy them through a buffer. The prefix is a
 // read's business only.
-func (c *prefixConn) ReadFrom(r io.Reader) (int64, error) { return connReadFrom(c.Conn, r) }
+func (c *prefixConn) ReadFrom(r io.Reader) (int64, error) { return readFromWith(c.Conn, r) }
 
 // The connections Serve hands to net/http keep the socket's ReadFrom, which
 // is how a plain answer's bulk reaches splice(2).

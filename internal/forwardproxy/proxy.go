@@ -723,13 +723,7 @@ func (s *statusWriter) ReadFrom(r io.Reader) (int64, error) {
 	if s.x.status == 0 {
 		s.x.status = http.StatusOK
 	}
-	var n int64
-	var err error
-	if rf, ok := s.ResponseWriter.(io.ReaderFrom); ok {
-		n, err = rf.ReadFrom(r)
-	} else {
-		n, err = io.Copy(struct{ io.Writer }{s.ResponseWriter}, r)
-	}
+	n, err := readFromWith(s.ResponseWriter, r)
 	s.count(int(n))
 	return n, err
 }

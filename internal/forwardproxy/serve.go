@@ -227,15 +227,15 @@ func (c *countedConn) CloseWrite() error {
 // ReadFrom is the accepted connection's own: net/http's response writer
 // hands it a plain answer's body read from an origin's socket (see
 // statusWriter.ReadFrom), which a *net.TCPConn splices.
-func (c *countedConn) ReadFrom(r io.Reader) (int64, error) { return connReadFrom(c.Conn, r) }
+func (c *countedConn) ReadFrom(r io.Reader) (int64, error) { return readFromWith(c.Conn, r) }
 
-// connReadFrom writes r's bytes to c with c's own ReadFrom when it has one
+// readFromWith writes r's bytes to w with w's own ReadFrom when it has one
 // (a *net.TCPConn's splices from a TCP connection), else through a buffer.
-func connReadFrom(c net.Conn, r io.Reader) (int64, error) {
-	if rf, ok := c.(io.ReaderFrom); ok {
+func readFromWith(w io.Writer, r io.Reader) (int64, error) {
+	if rf, ok := w.(io.ReaderFrom); ok {
 		return rf.ReadFrom(r)
 	}
-	return io.Copy(struct{ io.Writer }{c}, r)
+	return io.Copy(w, r)
 }
 
 // NetConn returns the accepted connection, for tunnels that splice(2) it.
