@@ -342,10 +342,11 @@ func waitUntil(ctx context.Context, t time.Time) bool {
 
 // openIdleTunnels opens n CONNECT tunnels to target through proxyAddr and
 // leaves them idle. A CONNECT that is refused is tried again on a new
-// connection, up to maxIdleRefusals in all, and counted in refused:
-// proxy-chain may send a CONNECT on a connection to its upstream that it
-// kept alive after plain requests, which our forward proxy refuses (400,
-// proxy-chain's 590) and closes, so the next one goes on a new connection.
+// connection, up to maxIdleRefusals in all, and counted in refused, so
+// that the memory table says so: proxy-chain sends a CONNECT on a
+// connection to its upstream that it kept alive after plain requests,
+// which our forward proxy refused until 2026-12-06 (400, proxy-chain's
+// 590). It serves them now; a refusal here is a finding.
 func openIdleTunnels(ctx context.Context, proxyAddr, target string, n int) (conns []net.Conn, refused int, err error) {
 	conns = make([]net.Conn, 0, n)
 	req := []byte(connectRequest(target))

@@ -1,6 +1,7 @@
 package forwardproxy_test
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -117,30 +118,66 @@ func BenchmarkConnectGET(b *testing.B) {
 // net.Conn of the test's client and server): bytes/tunnel. The process RSS
 // of the proxy alone is measured by hack/benchproxy.
 func BenchmarkIdleTunnelMemory(b *testing.B) {
+	idleTunnelMemory(b, "")
+}
+
+// BenchmarkIdleLateTunnelMemory is BenchmarkIdleTunnelMemory for tunnels
+// whose CONNECT follows a GET on its connection, as Node.js keep-alive
+// agents send it: net/http reads it, and the tunnel runs on net/http's
+// connection goroutine.
+func BenchmarkIdleLateTunnelMemory(b *testing.B) {
+	// The origin closes its connection after each answer, so that no
+	// kept origin connection is counted with the tunnels; the client's
+	// connection to the proxy stays open (Connection is hop-by-hop).
+	o := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Connection", "close")
+		_, _ = io.WriteString(w, "ok")
+	}))
+	b.Cleanup(o.Close)
+	idleTunnelMemory(b, "GET "+o.URL+"/ HTTP/1.1\r\nHost: "+strings.TrimPrefix(o.URL, "http://")+"\r\nProxy-Authorization: "+basic(testUser, testPassword)+"\r\n\r\n")
+}
+
+// idleTunnelMemory opens 500 idle tunnels per round, each on a connection
+// that first sends before (a request to answer, or nothing), and reports
+// what each holds.
+func idleTunnelMemory(b *testing.B, before string) {
+	b.Helper()
 	const tunnels = 500
 	hold := holdServer(b)
 	bp := serveBench(b)
 	req := connectRequest(hold.addr)
 	var perTunnel float64
 	for b.Loop() {
-		before := inUse()
 		conns := make([]net.Conn, 0, tunnels)
+		inUseBefore := inUse()
 		for range tunnels {
 			c, err := net.Dial("tcp", bp.addr)
 			if err != nil {
 				b.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			if before != "" {
+				if _, err := io.WriteString(c, before); err != nil {
+					b.Fatal(err)
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
 			}
 			if _, err := io.WriteString(c, req); err != nil {
 				b.Fatal(err)
 			}
 			// "HTTP/1.1 200 Connection established\r\n\r\n"
 			buf := make([]byte, 39)
-			if _, err := io.ReadFull(c, buf); err != nil || !strings.HasPrefix(string(buf), "HTTP/1.1 200") {
+			if _, err := io.ReadFull(br, buf); err != nil || !strings.HasPrefix(string(buf), "HTTP/1.1 200") {
 				b.Fatalf("CONNECT: %q, %v", buf, err)
 			}
 			conns = append(conns, c)
 		}
-		perTunnel = float64(inUse()-before) / tunnels
+		perTunnel = float64(inUse()-inUseBefore) / tunnels
 		// Both ends closed, so that the tunnels end before the next
 		// round instead of waiting for the idle timeout half-closed.
 		for _, c := range conns {

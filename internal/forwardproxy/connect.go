@@ -259,15 +259,74 @@ func (s *connServer) serveConn(c net.Conn) {
 	}
 	// The tunnel goes on in a goroutine of its own and this one ends: its
 	// stack grew to read the head and dial, and an idle tunnel would keep
-	// it. The tracker closes both connections at the end of the drain.
-	s.t.begin(tun.pair)
+	// it.
+	s.p.goTunnel(s.t, c, tun, x)
+}
+
+// goTunnel runs tun on a goroutine of its own, then gives back its slot
+// and finishes x. t, when not nil, counts c as in flight already; it counts
+// the tunnel's pair too until the tunnel ends, so that the end of Serve's
+// drain closes both connections (closing the client's alone would leave a
+// tunnel whose client shut its write side waiting on the upstream).
+func (p *Proxy) goTunnel(t *tracker, c net.Conn, tun *tunnel, x *exchange) {
+	t.begin(tun.pair)
 	go func() {
 		tun.run()
-		s.p.release()
-		s.p.finish(x)
-		s.t.end(tun.pair)
-		s.t.end(c)
+		p.release()
+		p.finish(x)
+		t.end(tun.pair)
+		t.end(c)
 	}()
+}
+
+// serveLateConnect serves a CONNECT that net/http read: one that follows
+// another request on its connection, as Node.js keep-alive agents (the
+// default from Node 19 on) and proxy-chain send them, or any CONNECT when
+// the Proxy runs under a server other than Serve. What net/http parsed is
+// first held to the strict parser's rules (lateConnectHead); then the
+// connection is hijacked and the tunnel opened and run as serveConn does.
+func (p *Proxy) serveLateConnect(w http.ResponseWriter, r *http.Request, x *exchange) {
+	head, herr := lateConnectHead(r, p.tunnelHeaders)
+	if herr != nil {
+		x.err = herr
+		x.refuseWith(w, refusal{code: herr.code, msg: herr.msg})
+		return
+	}
+	x.host = head.target
+	c, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Not an HTTP/1 connection (HTTP/2 has a CONNECT of its own,
+		// which Serve does not speak).
+		x.err = err
+		x.refuseWith(w, refusal{code: http.StatusHTTPVersionNotSupported, msg: "CONNECT is served on HTTP/1.1 connections"})
+		return
+	}
+	// Bytes the client sent behind its head, which net/http may have read
+	// already, belong to the tunnel.
+	early := bytes.Clone(peekBuffered(brw.Reader))
+	// As for a CONNECT that Serve read, the tunnel's dial ends with the
+	// server's drain, not with the request, which ends when the handler
+	// returns (below), long before the tunnel. Under another server the
+	// tunnel has no drain: it ends by its idle timeout or when either
+	// side closes.
+	ctx := context.WithoutCancel(r.Context()) //nolint:contextcheck // replaced by the server's context under Serve, on purpose (see above).
+	if srv, ok := ctx.Value(serverKey{}).(context.Context); ok {
+		ctx = srv
+	}
+	tun := p.openConnect(ctx, c, head, early, x)
+	if tun == nil {
+		return
+	}
+	// The tunnel goes on in a goroutine of its own and the handler
+	// returns: net/http's connection goroutine, with its grown stack and
+	// its buffers, would otherwise stay for the tunnel's life (three times
+	// the memory per idle tunnel, BenchmarkIdleLateTunnelMemory). Counted
+	// again before the handler's own count ends, so that a drain never
+	// sees it gone.
+	t, _ := r.Context().Value(trackerKey{}).(*tracker)
+	t.begin(c)
+	x.detached = true
+	p.goTunnel(t, c, tun, x)
 }
 
 // handOff gives c to net/http, or closes it once the server is closed.
@@ -437,6 +496,18 @@ func (c *prefixConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return errors.ErrUnsupported
+}
+
+// NetConn returns the connection under the prefix once the prefix was
+// read, for a tunnel that splices it (a CONNECT after another request);
+// nil before, since reading the socket itself would skip the prefix.
+func (c *prefixConn) NetConn() net.Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.prefix) > 0 {
+		return nil
+	}
+	return c.Conn
 }
 
 // SyscallConn gives tunnels the raw connection once the prefix was read:

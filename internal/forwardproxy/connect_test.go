@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,59 +193,149 @@ func TestConnectForwardsPipelinedBytes(t *testing.T) {
 	}
 }
 
-// A CONNECT that follows another request on a keep-alive connection would
-// be read by net/http, whose parser is laxer than the proxy's (folded or
-// duplicate Proxy-Authorization, Transfer-Encoding): it is refused, with or
-// without valid credentials, nothing is dialed, and the connection ends.
-func TestConnectAfterAnotherRequestIsRefused(t *testing.T) {
+// lateAnswer is the answer to a CONNECT sent after a GET (afterGet).
+type lateAnswer struct {
+	code  int
+	close bool
+	body  string // a refusal's; after a 200 the bytes are the tunnel's
+}
+
+// afterGet sends a GET and then request on one connection to the proxy at
+// addr, and returns the answer to request, the connection and its reader:
+// a CONNECT sent so is read by net/http, not by Serve's own parser.
+func afterGet(t *testing.T, addr, originURL, request string) (lateAnswer, net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(wait))
+	br := bufio.NewReader(c)
+	get := "GET " + originURL + "/first HTTP/1.1\r\nHost: " + strings.TrimPrefix(originURL, "http://") +
+		"\r\nProxy-Authorization: " + basic(testUser, testPassword) + "\r\n\r\n"
+	if _, err := io.WriteString(c, get); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("the GET before: %s, close %t", resp.Status, resp.Close)
+	}
+	if _, err := io.WriteString(c, request); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := lateAnswer{code: resp.StatusCode, close: resp.Close}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		a.body = string(body)
+	}
+	_ = resp.Body.Close()
+	return a, c, br
+}
+
+// A CONNECT that follows another request on a keep-alive connection, as
+// Node.js keep-alive agents and proxy-chain send it, opens a tunnel like
+// the first request of a connection does, bytes sent behind its head
+// included. net/http reads it, and what it read is held to the strict
+// parser's rules: where the two differ, it is refused before anything is
+// dialed, and the connection ends.
+func TestConnectAfterAnotherRequest(t *testing.T) {
 	o := newOrigin(t)
+	e := newEchoServer(t)
 	up := newCountingServer(t)
 	h := start(t, withAuth, time.Second)
-	host := strings.TrimPrefix(o.URL, "http://")
 	auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n"
-	get := "GET " + o.URL + "/first HTTP/1.1\r\nHost: " + host + "\r\n" + auth + "\r\n"
+
+	t.Run("tunnel", func(t *testing.T) {
+		a, c, br := afterGet(t, h.addr, o.URL, "CONNECT "+e.addr+" HTTP/1.1\r\nHost: "+e.addr+"\r\n"+auth+"\r\nearly")
+		if a.code != http.StatusOK {
+			t.Fatalf("CONNECT after a GET: %d %q, want 200", a.code, a.body)
+		}
+		buf := make([]byte, len("early"))
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "early" {
+			t.Errorf("the bytes sent behind the head came back as %q, %v", buf, err)
+		}
+		if got, err := echo(c, br, "through"); err != nil || got != "through" {
+			t.Errorf("echo through the tunnel = %q, %v", got, err)
+		}
+		poll.Until(t, wait, func() (bool, string) {
+			got := testutil.ToFloat64(h.metrics.ActiveConnections)
+			return got == 1, fmt.Sprintf("open tunnels %v, want 1", got)
+		})
+		_ = c.Close()
+		poll.Until(t, wait, func() (bool, string) {
+			got := testutil.ToFloat64(h.metrics.Requests.WithLabelValues(forwardproxy.MethodConnect, "200"))
+			return got == 1, fmt.Sprintf("CONNECT 200 counted %v times, want 1 once the tunnel ended", got)
+		})
+	})
+
 	for _, tc := range []struct {
 		name, reason, connect string
+		wantCode              int
+		// wantBody is the answer's body when the proxy answers itself; ""
+		// where net/http refuses the head before the proxy sees it.
+		wantBody string
 	}{
-		{name: "credentials", reason: "a well-formed CONNECT is not read by net/http either", connect: "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n" + auth + "\r\n"},
-		{name: "no credentials", reason: "refused before the credentials, which net/http parsed", connect: "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n\r\n"},
 		{
-			name: "duplicate credentials", reason: "net/http would take the first of two Proxy-Authorization headers",
-			connect: "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n" + auth + "Proxy-Authorization: Basic eDp5\r\n\r\n",
+			name: "no credentials", reason: "checked as on the first request",
+			connect:  "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n\r\n",
+			wantCode: http.StatusProxyAuthRequired, wantBody: "proxy authentication required\n",
+		},
+		{
+			name: "two credentials", reason: "net/http keeps both Proxy-Authorization values; parsers disagree on which counts",
+			connect:  "CONNECT " + up.addr + " HTTP/1.1\r\nHost: " + up.addr + "\r\n" + auth + "Proxy-Authorization: Basic eDp5\r\n\r\n",
+			wantCode: http.StatusBadRequest, wantBody: "duplicate Host or Proxy-Authorization header\n",
+		},
+		{
+			name: "chunked body", reason: "net/http would read a body that another parser tunnels",
+			connect:  "CONNECT " + up.addr + " HTTP/1.1\r\n" + auth + "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+			wantCode: http.StatusBadRequest, wantBody: "a CONNECT request carries no body\n",
+		},
+		{
+			name: "content length", reason: "as a chunked body",
+			connect:  "CONNECT " + up.addr + " HTTP/1.1\r\n" + auth + "Content-Length: 5\r\n\r\nhello",
+			wantCode: http.StatusBadRequest, wantBody: "a CONNECT request carries no body\n",
+		},
+		{
+			name: "userinfo", reason: "net/http parses user@host:port as a URL; the target is host:port and nothing else",
+			connect:  "CONNECT user@" + up.addr + " HTTP/1.1\r\n" + auth + "\r\n",
+			wantCode: http.StatusBadRequest, wantBody: "CONNECT needs a host:port target\n",
+		},
+		{
+			name: "path", reason: "net/http takes a path as a CONNECT target (Go's RPC over HTTP)",
+			connect:  "CONNECT /rpc HTTP/1.1\r\nHost: " + up.addr + "\r\n" + auth + "\r\n",
+			wantCode: http.StatusBadRequest, wantBody: "CONNECT needs a host:port target\n",
+		},
+		{
+			name: "folded credentials", reason: "net/http joins a folded line to the one before: the credentials are not there",
+			connect:  "CONNECT " + up.addr + " HTTP/1.1\r\nX-A: b\r\n " + auth + "\r\n",
+			wantCode: http.StatusProxyAuthRequired, wantBody: "proxy authentication required\n",
+		},
+		{
+			name: "bare CR", reason: "net/http refuses it itself",
+			connect:  "CONNECT " + up.addr + " HTTP/1.1\r\nX-A: b\r" + auth + "\r\n",
+			wantCode: http.StatusBadRequest,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := net.DialTimeout("tcp", h.addr, wait)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = c.Close() }()
-			_ = c.SetDeadline(time.Now().Add(wait))
-			br := bufio.NewReader(c)
-			if _, err := io.WriteString(c, get); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode != http.StatusOK || resp.Close {
-				t.Fatalf("the GET before: %s, close %t", resp.Status, resp.Close)
-			}
-			if _, err := io.WriteString(c, tc.connect+"early"); err != nil {
-				t.Fatal(err)
-			}
-			resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			want := "400 close CONNECT must be the first request on its connection: open a new connection for each tunnel\n"
-			if diff := cmp.Diff(want, fmt.Sprint(resp.StatusCode, " ", closeWord(resp.Close), " ", string(body))); diff != "" {
+			a, _, br := afterGet(t, h.addr, o.URL, tc.connect)
+			got := fmt.Sprint(a.code, " ", closeWord(a.close))
+			if diff := cmp.Diff(fmt.Sprint(tc.wantCode, " close"), got); diff != "" {
 				t.Errorf("%s: answer (-want +got):\n%s", tc.reason, diff)
+			}
+			if tc.wantBody != "" {
+				if diff := cmp.Diff(tc.wantBody, a.body); diff != "" {
+					t.Errorf("%s: body (-want +got):\n%s", tc.reason, diff)
+				}
 			}
 			if _, err := br.ReadByte(); err == nil {
 				t.Errorf("%s: the connection stayed open after the refusal", tc.reason)
@@ -252,7 +343,52 @@ func TestConnectAfterAnotherRequestIsRefused(t *testing.T) {
 		})
 	}
 	if n := up.accepted.Load(); n != 0 {
-		t.Errorf("a CONNECT read by net/http reached its target %d times", n)
+		t.Errorf("a refused CONNECT reached its target %d times", n)
+	}
+}
+
+// A Proxy is an http.Handler: under a server other than Serve, every
+// CONNECT is read by net/http and opens its tunnel as a late one does.
+func TestConnectUnderAnotherServer(t *testing.T) {
+	e := newEchoServer(t)
+	p, err := forwardproxy.New(withAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p)
+	t.Cleanup(srv.Close)
+	c, br := tunnel(t, strings.TrimPrefix(srv.URL, "http://"), e.addr, basic(testUser, testPassword), "early")
+	buf := make([]byte, len("early"))
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "early" {
+		t.Errorf("the bytes sent behind the head came back as %q, %v", buf, err)
+	}
+	if got, err := echo(c, br, "ping"); err != nil || got != "ping" {
+		t.Errorf("echo through the tunnel = %q, %v", got, err)
+	}
+}
+
+// A tunnel opened by a CONNECT after another request is Serve's to end at
+// the end of the drain like any other: also when its client has shut its
+// write side, so that closing the client's connection alone would leave
+// the upstream direction waiting.
+func TestServeClosesLateTunnelsAfterTheDrain(t *testing.T) {
+	o := newOrigin(t)
+	up := newCountingServer(t)
+	h := start(t, withAuth, 100*time.Millisecond)
+	auth := "Proxy-Authorization: " + basic(testUser, testPassword) + "\r\n"
+	a, c, br := afterGet(t, h.addr, o.URL, "CONNECT "+up.addr+" HTTP/1.1\r\nHost: "+up.addr+"\r\n"+auth+"\r\n")
+	if a.code != http.StatusOK {
+		t.Fatalf("CONNECT after a GET: %d %q", a.code, a.body)
+	}
+	if err := closeWrite(c); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the tunnel to be open", func() bool { return testutil.ToFloat64(h.metrics.ActiveConnections) == 1 })
+	if err := h.stop(); err != nil {
+		t.Errorf("Serve = %v, want nil after closing the tunnel", err)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Errorf("the client's connection is still open after the drain")
 	}
 }
 

@@ -48,10 +48,12 @@
 // control characters, no duplicate credentials, no body; 431 past 64 KiB)
 // and served without net/http's per-request machinery; anything else, and
 // every later request on the connection, goes through net/http and
-// ServeHTTP, with the same checks in the same order. ServeHTTP refuses
-// every CONNECT (400, and the connection ends): net/http's parser is laxer,
-// so a tunnel is opened only by a CONNECT that opens its connection, under
-// Serve.
+// ServeHTTP, with the same checks in the same order. A CONNECT that
+// net/http read (after another request on its connection, as Node.js
+// keep-alive agents send it, or under another server) is held to the strict
+// parser's rules on what net/http parsed (one Proxy-Authorization, no body,
+// a host:port target; 400 otherwise), then its connection is hijacked and
+// the tunnel runs as any other.
 //
 // With a Config.Upstream, a Proxy reaches no destination itself: the
 // Upstream checks the credentials, forwards plain requests and opens the

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -170,6 +171,39 @@ func parseConnectHead(head []byte, want []string) (connectHead, error) {
 			}
 		}
 	}
+}
+
+// lateConnectHead is parseConnectHead's check for a CONNECT that net/http
+// read (serveLateConnect), made on what net/http parsed: the target as
+// sent, one Proxy-Authorization at most (net/http refuses a second Host
+// itself), no body framing, HTTP/1.0 or 1.1. net/http refuses bare CRs,
+// control characters and a space before a colon itself; it joins a folded
+// line to the one before, which parseConnectHead refuses. That is taken as
+// joined: a CONNECT's head is not passed on, and the tunnel that follows is
+// not read as requests by anyone, so no parser behind can read the joined
+// field otherwise; a Proxy-Authorization or tunnel header hidden in a fold
+// is simply not there.
+func lateConnectHead(r *http.Request, want []string) (connectHead, *headError) {
+	switch {
+	case r.ProtoMajor != 1 || r.ProtoMinor > 1:
+		return connectHead{}, errVersion
+	case !validTarget(r.RequestURI):
+		return connectHead{}, errTarget
+	case len(r.Header["Proxy-Authorization"]) > 1:
+		return connectHead{}, errDuplicate
+	case r.ContentLength != 0 || len(r.TransferEncoding) > 0:
+		return connectHead{}, errBody
+	}
+	h := connectHead{target: r.RequestURI, proxyAuthorization: r.Header.Get("Proxy-Authorization")}
+	for _, w := range want {
+		if v := r.Header[w]; len(v) > 0 {
+			if h.upstream == nil {
+				h.upstream = http.Header{}
+			}
+			h.upstream[w] = slices.Clone(v)
+		}
+	}
+	return h, nil
 }
 
 // cutCR removes the CR of a CRLF line end; false if another CR is left,

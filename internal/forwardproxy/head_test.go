@@ -259,12 +259,14 @@ func FuzzParseConnectHead(f *testing.F) {
 		"CONNECT h:443 HTTP/1.1\r\nProxy-Authorization: Basic eDp5\r\nProxy-Authorization: Basic eTp6\r\n\r\n",
 		"CONNECT h:443 HTTP/1.1\r\nX: a\r\n\tProxy-Authorization: Basic eDp5\r\n\r\n",
 		"CONNECT h:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"CONNECT h:443 HTTP/1.1\r\nX-Session: a\r\nx-session:  b \r\n\r\n",
 	} {
 		f.Add([]byte(seed))
 	}
+	want := []string{"X-Session"}
 	f.Fuzz(func(t *testing.T, head []byte) {
 		br := bufio.NewReader(strings.NewReader(string(head)))
-		got, _, err := readConnectHead(br, nil, 64<<10, nil)
+		got, _, err := readConnectHead(br, nil, 64<<10, want)
 		if err != nil {
 			return
 		}
@@ -277,6 +279,15 @@ func FuzzParseConnectHead(f *testing.F) {
 		}
 		if want := req.Header.Get("Proxy-Authorization"); want != got.proxyAuthorization {
 			t.Errorf("%q: Proxy-Authorization %q, net/http reads %q", head, got.proxyAuthorization, want)
+		}
+		// The same head after another request on its connection, read by
+		// net/http and checked by lateConnectHead, opens the same tunnel.
+		late, herr := lateConnectHead(req, want)
+		if herr != nil {
+			t.Fatalf("%q: accepted as a connection's first request, refused after another: %v", head, herr)
+		}
+		if diff := cmp.Diff(got, late, cmp.AllowUnexported(connectHead{})); diff != "" {
+			t.Errorf("%q: read after another request (-first +late):\n%s", head, diff)
 		}
 	})
 }

@@ -315,6 +315,9 @@ type exchange struct {
 	sink bodySink
 	// proxyStatus is the Proxy's name for Proxy-Status, "" for none.
 	proxyStatus string
+	// detached: the exchange is a tunnel that runs on after ServeHTTP
+	// returned (serveLateConnect), and its goroutine finishes it.
+	detached bool
 	// fields are the Upstream's own access log fields (AccessField).
 	fieldsMu sync.Mutex
 	fields   []any
@@ -358,7 +361,6 @@ var (
 		key: "Proxy-Authenticate", value: `Basic realm="` + realm + `"`}
 	refuseFull = refusal{code: http.StatusServiceUnavailable, msg: "the proxy is at its limit of concurrent requests and tunnels; retry later",
 		key: "Retry-After", value: "1"}
-	refuseLateConnect = refusal{code: http.StatusBadRequest, msg: "CONNECT must be the first request on its connection: open a new connection for each tunnel"}
 )
 
 type exchangeKey struct{}
@@ -370,17 +372,22 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodConnect {
 		x.method = MethodConnect
 	}
-	defer p.finish(x) // deferred: it runs also when ReverseProxy aborts a response with http.ErrAbortHandler
+	// Deferred: it runs also when ReverseProxy aborts a response with
+	// http.ErrAbortHandler. A tunnel that goes on after the handler
+	// returned finishes its exchange itself.
+	defer func() {
+		if !x.detached {
+			p.finish(x)
+		}
+	}()
 	switch {
 	case !sourceAllowed(p.ranges, r.RemoteAddr):
 		x.refuseWith(w, refuseSource)
 	case r.Method == http.MethodConnect:
-		// Serve reads every CONNECT that opens a connection with its
-		// strict parser; one that net/http read, after another request
-		// on the connection or under another server, is refused rather
-		// than trusted to net/http's laxer reading (folded or duplicate
-		// Proxy-Authorization, Transfer-Encoding).
-		x.refuseWith(w, refuseLateConnect)
+		// Serve reads a CONNECT that opens a connection with its own
+		// parser; this one net/http read, after another request on the
+		// connection or under another server.
+		p.serveLateConnect(w, r, x)
 	case !p.authorizeHTTP(w, &r, x): //nolint:contextcheck // it takes the request's context from r and gives r a new one.
 		// Refused and answered.
 	case !p.acquire():

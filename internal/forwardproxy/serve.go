@@ -110,6 +110,7 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 		BaseContext:       func(net.Listener) context.Context { return base },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			ctx = context.WithValue(ctx, connKey{}, c)
+			ctx = context.WithValue(ctx, trackerKey{}, t)
 			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
@@ -157,6 +158,10 @@ type connKey struct{}
 // server stops serving (the end of the drain): unlike the request's own
 // context, it is not cancelled when the client half-closes its connection.
 type serverKey struct{}
+
+// trackerKey holds, in a request's context, Serve's tracker: a CONNECT that
+// net/http read adds its tunnel to it (serveLateConnect).
+type trackerKey struct{}
 
 // limitListener answers 503 to the connections past max and closes them.
 type limitListener struct {
@@ -276,7 +281,11 @@ func (t *tracker) wrap(h http.Handler) http.Handler {
 }
 
 // begin counts a call in flight; c, when not nil, is closed by closeAll.
+// A nil tracker (a Proxy under another server than Serve) counts nothing.
 func (t *tracker) begin(c io.Closer) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.n == 0 {
@@ -289,6 +298,9 @@ func (t *tracker) begin(c io.Closer) {
 }
 
 func (t *tracker) end(c io.Closer) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.n--

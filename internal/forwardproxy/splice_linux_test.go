@@ -86,6 +86,25 @@ func TestSpliceWaitingMovesWhatIsWaiting(t *testing.T) {
 	}
 }
 
+// A tunnel opened by a CONNECT after another request runs on the
+// connection Serve handed net/http, with the bytes it sniffed in front:
+// the tunnel may splice its socket once those were read, never before
+// (a splice from the socket would skip them).
+func TestPrefixConnUnwrapsOnceItsPrefixWasRead(t *testing.T) {
+	_, server := tcpPair(t)
+	pc := &prefixConn{Conn: &countedConn{Conn: server, l: &limitListener{max: 1}}, prefix: []byte("GET")}
+	if c := tcpConnOf(pc); c != nil {
+		t.Fatal("a connection with unread prefix bytes unwraps to its socket")
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(pc, buf); err != nil {
+		t.Fatal(err)
+	}
+	if c := tcpConnOf(pc); c != server {
+		t.Errorf("once its prefix was read, the connection unwraps to %v, want its socket", c)
+	}
+}
+
 // recordingSink stands for the client's response writer: it keeps what it
 // is handed, in the order of the body, and the readers it got. Until sent
 // is set, the answer's head has not gone to the client.

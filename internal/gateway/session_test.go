@@ -1,11 +1,14 @@
 package gateway_test
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
@@ -225,5 +228,65 @@ func TestSessionHeaderIsNotForwarded(t *testing.T) {
 	}
 	if v := <-got; v != "" {
 		t.Errorf("the destination got %s: %q", gateway.SessionHeader, v)
+	}
+}
+
+// TestSessionHoldsOnAKeptConnection: a crawler whose client keeps its
+// connection to the gateway alive (Node.js agents, proxy-chain) sends a
+// CONNECT after plain requests on it; the tunnel opens, and the session
+// header on that CONNECT places it where the session's plain requests go.
+func TestSessionHoldsOnAKeptConnection(t *testing.T) {
+	ms := startMembers(t, 4)
+	origin := ipEcho(t)
+	target := tcpEcho(t)
+	set := gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	h := startGateway(t, gateway.Config{Members: set})
+	auth := "Proxy-Authorization: " + basic(gwUser, gwPass) + "\r\n"
+	// Eight sessions: were the CONNECT's header lost, its tunnel would
+	// rotate, and land with every session's plain request by chance once
+	// in 4^8.
+	for i := range 8 {
+		session := fmt.Sprintf("kept%d", i)
+		c, err := net.DialTimeout("tcp", h.addr, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(wait))
+		br := bufio.NewReader(c)
+		host := strings.TrimPrefix(origin.URL, "http://")
+		get := "GET " + origin.URL + "/ HTTP/1.1\r\nHost: " + host + "\r\n" + auth + gateway.SessionHeader + ": " + session + "\r\n\r\n"
+		if _, err := io.WriteString(c, get); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Close {
+			t.Fatalf("session %s: GET %s, close %t", session, resp.Status, resp.Close)
+		}
+		connect := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n" + auth + gateway.SessionHeader + ": " + session + "\r\n\r\n"
+		if _, err := io.WriteString(c, connect); err != nil {
+			t.Fatal(err)
+		}
+		resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("session %s: CONNECT after a GET on one connection: %s, want 200", session, resp.Status)
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(line); got != string(plain) {
+			t.Errorf("session %s: the tunnel went out from %s, its plain request from %s", session, got, plain)
+		}
+		_ = c.Close()
 	}
 }
