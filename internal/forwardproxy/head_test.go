@@ -245,7 +245,9 @@ func TestSniff(t *testing.T) {
 // whatever it accepts, net/http must read as the same CONNECT request, with
 // the same target and the same Proxy-Authorization, so that no head means
 // one thing to the proxy and another to a server that follows HTTP as Go
-// does. It may refuse more than net/http does.
+// does. It may refuse more than net/http does. And the same head, read by
+// net/http after another request on its connection, passes lateConnectHead
+// with the same target, credentials and tunnel headers.
 func FuzzParseConnectHead(f *testing.F) {
 	for _, seed := range []string{
 		"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Authorization: Basic eDp5\r\n\r\n",
@@ -254,8 +256,8 @@ func FuzzParseConnectHead(f *testing.F) {
 		"CONNECT h:443 HTTP/1.1\r\nProxy-Authorization : x\r\n\r\n",
 		"CONNECT h:443 HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
 		"CONNECT h%41:443 HTTP/1.1\r\n\r\n",
-		// What net/http reads laxly, and why a CONNECT after another
-		// request is refused rather than read by it.
+		// What net/http reads laxly: a CONNECT after another request,
+		// which net/http reads, is checked for these (lateConnectHead).
 		"CONNECT h:443 HTTP/1.1\r\nProxy-Authorization: Basic eDp5\r\nProxy-Authorization: Basic eTp6\r\n\r\n",
 		"CONNECT h:443 HTTP/1.1\r\nX: a\r\n\tProxy-Authorization: Basic eDp5\r\n\r\n",
 		"CONNECT h:443 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
