@@ -8,13 +8,13 @@
 // upgrades), splicing the bulk of an answer of known length from the
 // origin's socket to the client's, and tunnels CONNECT requests (CONNECT
 // host:443) by splicing the client's connection to the upstream one. A
-// ProxyTransport does the same towards other proxies, for an Upstream. Before anything
-// else it checks the client's address against the allowed source ranges
-// (403 otherwise), then its Proxy-Authorization Basic credentials (407
-// otherwise), then its capacity (503 past MaxConcurrent). Every answer it
-// gives itself rather than relays closes the connection. It strips
-// hop-by-hop headers and the proxy's own headers before forwarding, adds no
-// Via header, and streams bodies both ways.
+// ProxyTransport does the same towards other proxies, for an Upstream.
+// Before anything else it checks the client's address against the allowed
+// source ranges (403 otherwise), then its Proxy-Authorization Basic
+// credentials (407 otherwise), then its capacity (503 past MaxConcurrent).
+// Every answer it gives itself rather than relays closes the connection.
+// It strips hop-by-hop headers and the proxy's own headers before
+// forwarding, adds no Via header, and streams bodies both ways.
 //
 // Destinations follow an egress.Policy whose zero value refuses everything
 // that is not the public Internet (egress.DefaultDeniedRanges) and CONNECT
