@@ -107,7 +107,7 @@ func parseOptions(args []string, out io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(out)
-	proxies := fs.String("proxies", "1,100,1000", "Comma-separated proxy counts; 1 is always run first, as the ideal.")
+	proxies := fs.String("proxies", "1,100,1000", "Comma-separated proxy counts, run from the smallest; 1 is always run first, as the ideal.")
 	fs.Float64Var(&o.speed, "speed", 50, "Simulator speed-up over real-host pace (F26 timings divided by this); 1 is real pace.")
 	fs.IntVar(&o.resyncs, "resyncs", 3, "Resync intervals to observe in steady state (0 skips the steady-state phase).")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", 0, "Operator resync interval of Ready proxies (default 5m / speed).")
@@ -150,6 +150,7 @@ func parseCounts(s string) ([]int, error) {
 			out = append(out, n)
 		}
 	}
+	slices.Sort(out) // the steady state's verdict compares each count with the next smaller
 	return out, nil
 }
 

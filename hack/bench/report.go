@@ -41,8 +41,18 @@ func steadyBound(o options, n int) float64 {
 	return (intervals + simNodes*intervals/proxmox.PauseViewIntervals) / float64(n)
 }
 
-// targetRSS is the operator process's RSS goal with N Ready proxies.
-var targetRSS = map[int]uint64{1000: 150 << 20, 10000: 600 << 20}
+// targetRSS is the goal for the operator process's peak RSS (VmHWM) with
+// N Ready proxies: issue #14's at 1000, issue #23 item 3's at 10 000 (it
+// halved #14's 600 MiB).
+var targetRSS = map[int]uint64{1000: 150 << 20, 10000: 300 << 20}
+
+// targetListingGrowth is issue #23 item 2's "listing bytes per created
+// proxy stay flat", as a number: the listing bytes per created proxy at N
+// over those at N = 1 of the same run. The room above 1 is for the spread
+// between runs of the same size; a read whose answer grows with N, read
+// throughout a create phase whose length grows with N, exceeds it from a
+// few hundred Proxies on.
+const targetListingGrowth = 1.25
 
 // listingCalls are the simulator's answers whose size grows with the
 // number of VMs (or volumes, or tasks): the listings the provider decodes.
@@ -115,6 +125,35 @@ func verdict(got, target float64) string {
 	return fmt.Sprintf("%.2f× the target, %s", got/target, word)
 }
 
+// flatVerdict judges listing bytes per created proxy at N against those at
+// N = 1 (base) with targetListingGrowth: "-" when there is nothing to
+// compare.
+func flatVerdict(got, base float64) string {
+	if base <= 0 {
+		return "-"
+	}
+	growth := got / base
+	word := "met"
+	if growth > targetListingGrowth {
+		word = "**not met**"
+	}
+	return fmt.Sprintf("%.2f× N = 1's (flat: ≤ %g), %s", growth, targetListingGrowth, word)
+}
+
+// fallsVerdict judges the steady state's listing bytes per proxy per
+// resync at N against those at the run's next smaller count (prev, at
+// prevN): issue #23 item 2 wants them to fall as N grows.
+func fallsVerdict(got, prev float64, prevN int) string {
+	if prev <= 0 {
+		return "-"
+	}
+	word := "met"
+	if got >= prev {
+		word = "**not met**"
+	}
+	return fmt.Sprintf("%.2f× N = %d's (falls: < 1), %s", got/prev, prevN, word)
+}
+
 // printReport prints the Markdown tables of the results.
 func printReport(w io.Writer, o options, info string, rs []result) {
 	if len(rs) == 0 {
@@ -127,13 +166,19 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 		p("\n## Proxmox provider against pvesim: speed %g, resync %s, provider poll %s, not-Ready poll %s, %d workers, %s, GOMAXPROCS %d\n",
 			o.speed, o.resyncInterval, o.pollInterval, o.notReadyInterval, o.workers, o.createCapText(), runtime.GOMAXPROCS(0))
 		p("\n### Lifecycle economy (calls and listing bytes per proxy)\n\n")
-		p("| proxies | create calls/proxy | verdict (≤ %g) | delete calls/proxy | verdict (≤ %g) | listing KiB/proxy, create | listing KiB/proxy, delete | all answers KiB/proxy, create + delete |\n", targetCreateCalls, targetDeleteCalls)
-		p("|---:|---:|---|---:|---|---:|---:|---:|\n")
-		for _, r := range rs {
+		p("| proxies | create calls/proxy | verdict (≤ %g) | delete calls/proxy | verdict (≤ %g) | listing KiB/proxy, create | verdict (flat from N = 1) | listing KiB/proxy, delete | all answers KiB/proxy, create + delete |\n", targetCreateCalls, targetDeleteCalls)
+		p("|---:|---:|---|---:|---|---:|---|---:|---:|\n")
+		base := float64(listingBytes(rs[0].create.simBytes)) / 1024 / float64(rs[0].n)
+		for i, r := range rs {
 			n := float64(r.n)
 			cc, dc := float64(sum(r.create.simCalls))/n, float64(sum(r.delete.simCalls))/n
-			p("| %d | %.1f | %s | %.1f | %s | %.1f | %.1f | %.1f |\n", r.n, cc, verdict(cc, targetCreateCalls), dc, verdict(dc, targetDeleteCalls),
-				float64(listingBytes(r.create.simBytes))/1024/n, float64(listingBytes(r.delete.simBytes))/1024/n,
+			lc := float64(listingBytes(r.create.simBytes)) / 1024 / n
+			flat := "-"
+			if i > 0 && rs[0].n == 1 {
+				flat = flatVerdict(lc, base)
+			}
+			p("| %d | %.1f | %s | %.1f | %s | %.1f | %s | %.1f | %.1f |\n", r.n, cc, verdict(cc, targetCreateCalls), dc, verdict(dc, targetDeleteCalls),
+				lc, flat, float64(listingBytes(r.delete.simBytes))/1024/n,
 				float64(sum(r.create.simBytes)+sum(r.delete.simBytes))/1024/n)
 		}
 	} else {
@@ -174,12 +219,12 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 	}
 
 	p("\n### Memory with all N Ready (MiB)\n\n")
-	p("| proxies | operator VmRSS | operator VmHWM | verdict (RSS) | operator Go heap in use | goroutines | kube-apiserver VmRSS | etcd VmRSS | pvesim VmRSS |\n")
+	p("| proxies | operator VmRSS | operator VmHWM | verdict (peak RSS) | operator Go heap in use | goroutines | kube-apiserver VmRSS | etcd VmRSS | pvesim VmRSS |\n")
 	p("|---:|---:|---:|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rs {
 		v := "-"
 		if t, ok := targetRSS[r.n]; ok {
-			v = verdict(float64(r.op.RSS), float64(t))
+			v = verdict(float64(r.op.HWM), float64(t))
 		}
 		p("| %d | %.1f | %.1f | %s | %.1f | %d | %.1f | %.1f | %s |\n", r.n, mib(r.op.RSS), mib(r.op.HWM), v,
 			mib(r.heap.HeapInuse), r.heap.Goroutines, mib(r.api.RSS), mib(r.etcd.RSS), orDash(sim, "%.1f", mib(r.sim.RSS)))
@@ -187,19 +232,27 @@ func printReport(w io.Writer, o options, info string, rs []result) {
 
 	if rs[0].steadyResyncs > 0 {
 		p("\n### Steady state (%d resyncs)\n\n", rs[0].steadyResyncs)
-		p("| proxies | calls/proxy/resync | verdict (≤ %g at N = %d) | bound (one cluster listing per poll interval, one node listing per node per pause window): calls/proxy/resync | `/cluster/resources` listings | node listings | listing KiB/resync | listing KiB/proxy/resync | operator CPU s/resync | operator API requests/proxy/resync |\n",
+		p("| proxies | calls/proxy/resync | verdict (≤ %g at N = %d) | bound (one cluster listing per poll interval, one node listing per node per pause window): calls/proxy/resync | `/cluster/resources` listings | node listings | listing KiB/resync | listing KiB/proxy/resync | verdict (falls as N grows) | operator CPU s/resync | operator API requests/proxy/resync |\n",
 			targetSteadyCalls, targetSteadyN)
-		p("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|\n")
+		perProxy := func(r result) float64 {
+			return float64(listingBytes(r.steady.simBytes)) / 1024 / float64(r.steadyResyncs) / float64(r.n)
+		}
+		var prev *result // the next smaller count's
 		for _, r := range rs {
 			n, k := float64(r.n), float64(r.steadyResyncs)
 			calls := float64(sum(r.steady.simCalls)) / n / k
-			v := "-"
+			v, falls := "-", "-"
 			if sim && r.n >= targetSteadyN {
 				v = verdict(calls, targetSteadyCalls)
 			}
-			p("| %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f |\n", r.n, orDash(sim, "%.3f", calls), v, orDash(sim, "%.3f", steadyBound(o, r.n)),
+			if sim && prev != nil {
+				falls = fallsVerdict(perProxy(r), perProxy(*prev), prev.n)
+			}
+			prev = &r
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %.3f |\n", r.n, orDash(sim, "%.3f", calls), v, orDash(sim, "%.3f", steadyBound(o, r.n)),
 				orDash(sim, "%.0f", float64(r.steady.simCalls["GET /cluster/resources"])), orDash(sim, "%.0f", float64(r.steady.simCalls["GET /nodes/{node}/qemu"])),
-				orDash(sim, "%.1f", float64(listingBytes(r.steady.simBytes))/1024/k), orDash(sim, "%.2f", float64(listingBytes(r.steady.simBytes))/1024/k/n), r.steady.opCPU/k, float64(sum(r.steady.apiCalls))/n/k)
+				orDash(sim, "%.1f", float64(listingBytes(r.steady.simBytes))/1024/k), orDash(sim, "%.2f", perProxy(r)), falls, r.steady.opCPU/k, float64(sum(r.steady.apiCalls))/n/k)
 		}
 	}
 
