@@ -75,7 +75,7 @@ WITH_ASSETS    = assets=$$(hack/envtest/setup.sh) && export KUBEBUILDER_ASSETS="
 	KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(ENVTEST_START_TIMEOUT)
 
 .PHONY: test
-test: verify-generated vet libvirt-world prometheus-tools node-tools cluster-world ## Everything CI runs: generated files current, vet, lint, unit, envtest and real-cluster tests.
+test: verify-generated vet libvirt-world prometheus-tools node-tools tinyproxy-tools cluster-world ## Everything CI runs: generated files current, vet, lint, unit, envtest and real-cluster tests.
 	@$(WITH_ASSETS) && EGRESS_CLUSTER_TIER=1 $(GO_TEST) ./...
 	@# The simulator against a Proxmox client nobody here wrote (its own module).
 	cd internal/testing/pvesim/clientcheck && $(GO_TEST) ./...
@@ -114,7 +114,7 @@ TEST_SHARDS   := test-packages test-libvirt-contract-kvm2 test-libvirt-contract-
 	test-cluster-tier test-static
 
 .PHONY: test-sharded $(TEST_SHARDS)
-test-sharded: verify-generated libvirt-world prometheus-tools node-tools cluster-world ## What make test runs, as six shards side by side (not yet CI's; docs/testing.md).
+test-sharded: verify-generated libvirt-world prometheus-tools node-tools tinyproxy-tools cluster-world ## What make test runs, as six shards side by side (not yet CI's; docs/testing.md).
 	@# Compiled once here, not by every shard at once (after a change, the
 	@# changed packages and those above them).
 	$(GO) build -race ./...
@@ -357,6 +357,10 @@ helm-lint: ## Lint the chart with its default values and with every optional par
 .PHONY: prometheus-tools
 prometheus-tools: ## Install Debian's prometheus package (prometheus, promtool) when missing, for internal/monitoring.
 	@hack/prometheus/install.sh
+
+.PHONY: tinyproxy-tools
+tinyproxy-tools: ## Install Debian's tinyproxy package when missing, for the gateway's tests with a real tinyproxy member.
+	@hack/tinyproxy/install.sh
 
 .PHONY: node-tools
 node-tools: ## Install Debian's nodejs package when node is missing, for the gateway's test with a real Node.js client.

@@ -55,6 +55,9 @@ type ProxyPoolReconciler struct {
 	// Config is the providers configuration; templates are checked
 	// against it before anything is created.
 	Config *config.Config
+	// Engines are the forward proxies the entries' instances run, by entry
+	// name (Options.Engines).
+	Engines map[string]string
 	// Metrics records pool sizes and rotations; nil records nothing.
 	Metrics *metrics.Metrics
 	// Now is the clock; nil means time.Now.

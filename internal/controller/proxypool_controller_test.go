@@ -190,6 +190,11 @@ func TestPoolScalesFromZeroToTenToThree(t *testing.T) {
 		if e.Provider != "lab-a" || e.Zone != "rack-a" || e.EgressIP == "" || e.Created.IsZero() {
 			t.Errorf("list entry %+v lacks provider, zone, egress address or creation time", e)
 		}
+		// The fake type says its instances run tinyproxy, as the VM
+		// types do; setup hands it to the pools.
+		if e.Engine != published.EngineTinyproxy {
+			t.Errorf("list entry %s: engine %q, want its type's (%q)", e.Name, e.Engine, published.EngineTinyproxy)
+		}
 	}
 
 	scalePool(t, ns, "crawl", 3)

@@ -49,7 +49,7 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.P
 			}
 			user = url.UserPassword(string(s.Data[published.CredentialsKeyUsername]), string(s.Data[published.CredentialsKeyPassword]))
 		}
-		e := published.ListEntry{Name: p.Name, URL: published.ProxyURL(p.Status.Address, p.Spec.Port, user), Provider: p.Spec.Provider, Zone: p.Status.Zone, EgressIP: p.Status.EgressIP, Created: p.CreationTimestamp.UTC()}
+		e := published.ListEntry{Name: p.Name, URL: published.ProxyURL(p.Status.Address, p.Spec.Port, user), Provider: p.Spec.Provider, Zone: p.Status.Zone, EgressIP: p.Status.EgressIP, Created: p.CreationTimestamp.UTC(), Engine: r.Engines[p.Spec.Provider]}
 		withCreds = append(withCreds, e)
 		e.URL = published.ProxyURL(p.Status.Address, p.Spec.Port, nil)
 		without = append(without, e)

@@ -30,6 +30,10 @@ type Options struct {
 	// Providers are the entries' providers, by entry name, already wrapped by
 	// instrumented.Wrap.
 	Providers map[string]provider.Provider
+	// Engines are the forward proxies the entries' instances run, by entry
+	// name (provider.Type.Engine); the pools publish them with their
+	// members. An entry not named is published without one.
+	Engines map[string]string
 	// Metrics are the operator's collectors.
 	Metrics *metrics.Metrics
 	// Tracer starts the reconcile spans; nil traces nothing.
@@ -111,7 +115,7 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the proxy controller: %w", err)
 	}
 	pools := &ProxyPoolReconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now, Engines: o.Engines,
 		ResyncInterval: o.PoolResyncInterval, skipNameValidation: o.SkipNameValidation,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {

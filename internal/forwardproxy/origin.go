@@ -36,10 +36,11 @@ type originTransport struct {
 	// idleTimeout closes a kept-alive connection unused for that long.
 	idleTimeout time.Duration
 	upgrades    http.RoundTripper
-	// proxy, when set, names the proxy a request goes to and the
-	// Proxy-Authorization for it: requests are then written in absolute
-	// form to that proxy (NewProxyTransport).
-	proxy func(req *http.Request) (addr, authorization string, err error)
+	// proxy, when set, names the proxy a request goes to, the
+	// Proxy-Authorization for it and whether its connection may be kept:
+	// requests are then written in absolute form to that proxy
+	// (NewProxyTransport).
+	proxy func(req *http.Request) (ProxyTarget, error)
 	// maxIdle and maxIdlePerHost bound the kept-alive connections;
 	// zero: maxIdleOrigin and maxIdleOriginPerHost.
 	maxIdle, maxIdlePerHost int
@@ -107,18 +108,19 @@ func (t *originTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header.Get("Upgrade") != "" {
 		return t.upgrades.RoundTrip(req)
 	}
-	addr, authorization := originAddr(req), ""
+	addr, keepAlive := originAddr(req), true
 	if t.proxy != nil {
-		var err error
-		if addr, authorization, err = t.proxy(req); err != nil {
+		target, err := t.proxy(req)
+		if err != nil {
 			return nil, err
 		}
-		if authorization != "" {
+		addr, keepAlive = target.Addr, target.KeepAlive
+		if target.Authorization != "" {
 			// On a copy: the caller's header map never holds the
 			// proxy's credentials.
 			r := *req
 			r.Header = req.Header.Clone()
-			r.Header.Set("Proxy-Authorization", authorization)
+			r.Header.Set("Proxy-Authorization", target.Authorization)
 			req = &r
 		}
 	}
@@ -133,7 +135,7 @@ func (t *originTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			oc = newOriginConn(c, addr)
 		}
 		before := oc.read
-		resp, err := t.exchange(req, oc)
+		resp, err := t.exchange(req, oc, keepAlive)
 		if err == nil {
 			return resp, nil
 		}
@@ -149,8 +151,9 @@ func (t *originTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// exchange writes req on oc and reads the answer's head.
-func (t *originTransport) exchange(req *http.Request, oc *originConn) (*http.Response, error) {
+// exchange writes req on oc and reads the answer's head; keepAlive false
+// closes oc once the answer was read.
+func (t *originTransport) exchange(req *http.Request, oc *originConn, keepAlive bool) (*http.Response, error) {
 	ctx := req.Context()
 	// The request's end (the client gone, the server stopping) closes the
 	// connection, which ends a write, a read of the head or of the body.
@@ -202,7 +205,7 @@ func (t *originTransport) exchange(req *http.Request, oc *originConn) (*http.Res
 		return nil, errResponseHeaderTimeout
 	}
 	b := &originBody{ReadCloser: resp.Body, t: t, oc: oc, stop: stop,
-		keep: !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols}
+		keep: keepAlive && !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols}
 	empty := resp.Body == http.NoBody
 	if x, ok := ctx.Value(exchangeKey{}).(*exchange); ok && x.sink != nil && !empty &&
 		resp.ContentLength > 0 && len(resp.TransferEncoding) == 0 && req.Method != http.MethodHead {
@@ -316,14 +319,17 @@ func (b *originBody) readDirect(p []byte) (int, error) {
 
 // release gives the connection back, or closes it when it cannot carry
 // another request: the answer was not read to its end, the origin or the
-// client said to close, or the request's end closed it already (stop
-// reports false then).
+// client said to close, the request's end closed it already (stop reports
+// false then), or bytes came after the answer's end. Those bytes are no
+// answer to any request yet sent: kept, they would be read as the answer
+// to the next request on the connection, another client's perhaps
+// (response splitting, docs/security.md).
 func (b *originBody) release() {
 	if b.done {
 		return
 	}
 	b.done = true
-	if live := b.stop(); b.eof && b.keep && live {
+	if live := b.stop(); b.eof && b.keep && live && b.oc.br.Buffered() == 0 {
 		b.t.put(b.oc)
 		return
 	}
@@ -356,6 +362,8 @@ func (t *originTransport) take(addr string) *originConn {
 		t.mu.Unlock()
 		oc.timer.Stop()
 		// The socket under the idle tracking: a peek moves no bytes.
+		// Bytes that came while it sat idle answer no request of ours;
+		// release let none be kept in the buffer.
 		if alive(oc.Conn) {
 			return oc
 		}

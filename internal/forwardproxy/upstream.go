@@ -190,10 +190,9 @@ func isRefused(err error) (*RefusedError, bool) {
 
 // ProxyTransportConfig configures NewProxyTransport.
 type ProxyTransportConfig struct {
-	// Proxy names the proxy a request goes to (host:port) and the
-	// Proxy-Authorization value to send it ("" for none). An error fails
-	// the request as it is.
-	Proxy func(req *http.Request) (addr, authorization string, err error)
+	// Proxy names the proxy a request goes to. An error fails the request
+	// as it is.
+	Proxy func(req *http.Request) (ProxyTarget, error)
 	// Dial opens a connection to a proxy that Proxy named. Its error is
 	// returned as it is, so that the caller can tell a request that was
 	// never sent.
@@ -213,6 +212,24 @@ type ProxyTransportConfig struct {
 	// Upgrades carries the requests that ask for a protocol upgrade
 	// (WebSocket), whose connection the Proxy then relays.
 	Upgrades http.RoundTripper
+}
+
+// ProxyTarget is where a ProxyTransport sends one request.
+type ProxyTarget struct {
+	// Addr is the proxy's host:port.
+	Addr string
+	// Authorization is the Proxy-Authorization value to send it, "" for
+	// none.
+	Authorization string
+	// KeepAlive lets the connection carry another request once this one's
+	// answer was read to the end of its framing with nothing after it.
+	// Set it only for a proxy that parses every answer it relays (this
+	// package's Proxy): one that relays an origin's bytes as they come
+	// (tinyproxy) lets the origin write past its answer and read the next
+	// request, another client's, from the kept connection
+	// (docs/security.md, "Kept connections to members"). False closes the
+	// connection after each answer.
+	KeepAlive bool
 }
 
 // ProxyTransport sends plain requests through other forward proxies, as a

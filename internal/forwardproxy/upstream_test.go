@@ -264,8 +264,8 @@ func TestProxyTransportSpeaksToAProxy(t *testing.T) {
 	}))
 	errRefused := errors.New("no dial to this proxy")
 	tr, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
-		Proxy: func(*http.Request) (string, string, error) {
-			return next.Listener.Addr().String(), "Basic bWVtYmVyOnNlY3JldA==", nil
+		Proxy: func(*http.Request) (forwardproxy.ProxyTarget, error) {
+			return forwardproxy.ProxyTarget{Addr: next.Listener.Addr().String(), Authorization: "Basic bWVtYmVyOnNlY3JldA==", KeepAlive: true}, nil
 		},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			if addr != next.Listener.Addr().String() {
@@ -306,7 +306,9 @@ func TestProxyTransportSpeaksToAProxy(t *testing.T) {
 	}
 
 	off, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
-		Proxy: func(*http.Request) (string, string, error) { return "127.0.0.1:1", "", nil },
+		Proxy: func(*http.Request) (forwardproxy.ProxyTarget, error) {
+			return forwardproxy.ProxyTarget{Addr: "127.0.0.1:1"}, nil
+		},
 		Dial: func(context.Context, string) (net.Conn, error) {
 			return nil, errRefused
 		},
@@ -325,5 +327,127 @@ func TestProxyTransportSpeaksToAProxy(t *testing.T) {
 	}
 	if !errors.Is(err, errRefused) {
 		t.Errorf("a failed dial: %v, want Dial's own error", err)
+	}
+}
+
+// TestBytesPastAnAnswerNeverAnswerTheNextRequest (#38 item 1): even to a
+// proxy whose connections may be kept (KeepAlive), a connection on which
+// bytes came past the answer's framing, with the answer or while it sat
+// idle, is closed, never reused: those bytes answer no request yet sent,
+// and would be read as the answer to the next one, another client's
+// perhaps. Each case's second request must get its own answer on a new
+// connection. It fails without the buffer check in release (the first two
+// cases) or the socket's in take (the third).
+func TestBytesPastAnAnswerNeverAnswerTheNextRequest(t *testing.T) {
+	const injected = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
+	for _, tc := range []struct {
+		reason string
+		// first is written as the first answer on every connection;
+		// late, after the client read it and before its next request.
+		first, late string
+	}{
+		{reason: "a second answer in the same write as a sized body",
+			first: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst" + injected},
+		{reason: "a second answer in the same write as the last chunk",
+			first: "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n" + injected},
+		{reason: "a second answer while the connection sat idle",
+			first: "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst", late: injected},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			conns := make(chan net.Conn, 4)
+			t.Cleanup(func() {
+				_ = ln.Close()
+				close(conns)
+				for c := range conns {
+					_ = c.Close()
+				}
+				wg.Wait()
+			})
+			// Every connection: the first answer, then, once told,
+			// the late bytes; a request after the first is answered
+			// "own page".
+			readFirst, lateWritten := make(chan struct{}), make(chan struct{})
+			wg.Go(func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					conns <- c
+					wg.Go(func() {
+						br := bufio.NewReader(c)
+						for i := 0; ; i++ {
+							req, err := http.ReadRequest(br)
+							if err != nil {
+								return
+							}
+							if i > 0 {
+								_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nown page")
+								continue
+							}
+							_, _ = io.WriteString(c, tc.first)
+							if tc.late != "" && req.URL.Path == "/first" {
+								// Once the client has read the first
+								// answer whole: the connection is idle
+								// in the transport's pool by then. A
+								// write on loopback has reached the
+								// peer's socket when it returns.
+								<-readFirst
+								_, _ = io.WriteString(c, tc.late)
+								close(lateWritten)
+							}
+						}
+					})
+				}
+			})
+			dials := 0
+			tr, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
+				Proxy: func(*http.Request) (forwardproxy.ProxyTarget, error) {
+					return forwardproxy.ProxyTarget{Addr: ln.Addr().String(), KeepAlive: true}, nil
+				},
+				Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+					dials++
+					return (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+				},
+				Upgrades: http.DefaultTransport,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(tr.CloseIdleConnections)
+			var got []string
+			for _, path := range []string{"/first", "/second"} {
+				req, err := http.NewRequest(http.MethodGet, "http://origin.invalid"+path, http.NoBody)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, err := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				got = append(got, path+" "+string(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.late != "" && path == "/first" {
+					close(readFirst)
+					<-lateWritten
+				}
+			}
+			want := []string{"/first first", "/second first"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("answers (-want +got):\n%s", diff)
+			}
+			if dials != 2 {
+				t.Errorf("%d dials, want 2: the connection with bytes past its answer was reused", dials)
+			}
+		})
 	}
 }

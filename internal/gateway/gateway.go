@@ -249,10 +249,12 @@ func New(cfg Config) (*Gateway, error) {
 			}
 			return forwardproxy.IdleConn(c, stall), nil
 		},
-		DisableCompression:    true,
-		MaxIdleConns:          maxIdleMemberConns,
-		MaxIdleConnsPerHost:   maxIdleConnsPerMember,
-		IdleConnTimeout:       idle,
+		DisableCompression: true,
+		// A connection switched to another protocol is the client's
+		// alone; one whose member refused the upgrade is not kept
+		// either, as http.Transport cannot be told which members parse
+		// what they relay (ProxyTarget.KeepAlive). Upgrades are rare.
+		DisableKeepAlives:     true,
 		ResponseHeaderTimeout: headTimeout,
 		ExpectContinueTimeout: time.Second,
 	}
@@ -260,12 +262,15 @@ func New(cfg Config) (*Gateway, error) {
 	// goroutine, a body of known length spliced to the client
 	// (forwardproxy.ProxyTransport).
 	transport, err := forwardproxy.NewProxyTransport(forwardproxy.ProxyTransportConfig{
-		Proxy: func(req *http.Request) (string, string, error) {
+		Proxy: func(req *http.Request) (forwardproxy.ProxyTarget, error) {
 			m, ok := req.Context().Value(memberKey{}).(*Member)
 			if !ok {
-				return "", "", errNoMember
+				return forwardproxy.ProxyTarget{}, errNoMember
 			}
-			return m.target.host, m.target.auth, nil
+			// A kept connection only to a member known to run this
+			// project's forward proxy (docs/security.md, "Kept
+			// connections to members").
+			return forwardproxy.ProxyTarget{Addr: m.target.host, Authorization: m.target.auth, KeepAlive: m.keepAlive()}, nil
 		},
 		Dial:                  dialMember,
 		StallTimeout:          stall,

@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
@@ -46,7 +47,7 @@ type member struct {
 
 func (m *member) entry() gateway.Entry {
 	u := url.URL{Scheme: "http", Host: m.addr, User: url.UserPassword(m.user, m.pass)}
-	return gateway.Entry{Name: m.name, URL: u.String(), Provider: "lab", Zone: "rack-a", EgressIP: m.egress}
+	return gateway.Entry{Name: m.name, URL: u.String(), Provider: "lab", Zone: "rack-a", EgressIP: m.egress, Engine: published.EngineForwardProxy}
 }
 
 func startMember(t *testing.T, i int) *member {

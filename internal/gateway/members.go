@@ -72,6 +72,9 @@ type Member struct {
 	// Provider, Zone and EgressIP are where it runs and what the world
 	// sees of it.
 	Provider, Zone, EgressIP string
+	// Engine is the forward proxy it runs, as its pool published it
+	// (published.Engine*; empty when the list does not say).
+	Engine string
 
 	target memberURL
 	state  *memberState
@@ -80,6 +83,15 @@ type Member struct {
 
 // String returns pool/name.
 func (m *Member) String() string { return m.Pool + "/" + m.Name }
+
+// keepAlive reports whether a connection to the member may carry more than
+// one request: only when the member runs this project's forward proxy,
+// which parses every answer it relays and sends nothing past its framing.
+// tinyproxy, and any engine the list does not name, relays an origin's
+// bytes as they come, so an origin could answer past its framing and read
+// the next request on the connection, another crawler's
+// (docs/security.md, "Kept connections to members").
+func (m *Member) keepAlive() bool { return m.Engine == published.EngineForwardProxy }
 
 // Host returns the member's host:port (no credentials).
 func (m *Member) Host() string { return m.target.host }
@@ -138,7 +150,7 @@ func (s *Set) Update(pool string, entries []Entry) (left []string) {
 			st = &memberState{}
 			s.states[key] = st
 		}
-		members = append(members, &Member{Pool: pool, Name: e.Name, Provider: e.Provider, Zone: e.Zone, EgressIP: e.EgressIP, target: target, state: st, id: published.MemberKey(pool, e.Name)})
+		members = append(members, &Member{Pool: pool, Name: e.Name, Provider: e.Provider, Zone: e.Zone, EgressIP: e.EgressIP, Engine: e.Engine, target: target, state: st, id: published.MemberKey(pool, e.Name)})
 	}
 	if len(members) == 0 {
 		delete(s.pools, pool)

@@ -27,6 +27,12 @@ type Type struct {
 	// unreachable provider shows in ProviderHealth, it does not stop the
 	// operator.
 	New func(e *config.Entry, d Deps) (Provider, error)
+	// Engine is the forward proxy this type's instances run, as a pool's
+	// published list names it (published.EngineForwardProxy or
+	// published.EngineTinyproxy). A gateway keeps connections alive only
+	// to members that run EngineForwardProxy; empty means not known, which
+	// a gateway treats as tinyproxy.
+	Engine string
 	// Cache, when set, says which objects the manager's cache must hold for
 	// the entries of this type (all of them, in file order), for example the
 	// pods a kubernetes entry runs, confined to its namespaces. The setup

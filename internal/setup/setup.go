@@ -152,8 +152,12 @@ func New(o Options) (*Operator, error) {
 		deps.Entries = append(deps.Entries, o.Config.Providers[i].Name)
 	}
 	providers := make(map[string]provider.Provider, len(o.Config.Providers))
+	engines := make(map[string]string, len(o.Config.Providers))
 	for i := range o.Config.Providers {
 		e := &o.Config.Providers[i]
+		if t, known := types.Lookup(e.Type); known && t.Engine != "" {
+			engines[e.Name] = t.Engine
+		}
 		p, ok := o.Providers[e.Name]
 		if !ok {
 			t, _ := types.Lookup(e.Type)
@@ -170,7 +174,7 @@ func New(o Options) (*Operator, error) {
 	}
 
 	co := o.Controller
-	co.Config, co.Providers, co.Metrics, co.Registerer, co.Tracer = o.Config, providers, m, reg, o.Tracer
+	co.Config, co.Providers, co.Engines, co.Metrics, co.Registerer, co.Tracer = o.Config, providers, engines, m, reg, o.Tracer
 	co.Ownership = o.Ownership
 	if co.GatewayImage == "" {
 		co.GatewayImage = o.OwnImage

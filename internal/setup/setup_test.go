@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
@@ -139,7 +140,10 @@ func TestCacheOptionsConfineToNamespaces(t *testing.T) {
 }
 
 // TestTypesAreValid guards the registration list: every type complete, no
-// name twice, and each name the key of its own block.
+// name twice, each name the key of its own block, and each naming the
+// engine its instances run, which the pools publish for the gateways (a
+// new type that forgets it gets no kept member connections, and this says
+// so here rather than in a slower gateway).
 func TestTypesAreValid(t *testing.T) {
 	if err := Types.Validate(); err != nil {
 		t.Fatal(err)
@@ -147,6 +151,9 @@ func TestTypesAreValid(t *testing.T) {
 	for _, ty := range Types {
 		if ty.NewBlock() == nil {
 			t.Errorf("type %s: NewBlock returned nil", ty.Name)
+		}
+		if ty.Engine != published.EngineForwardProxy && ty.Engine != published.EngineTinyproxy {
+			t.Errorf("type %s: engine %q is none of the published engines", ty.Name, ty.Engine)
 		}
 	}
 }

@@ -48,7 +48,22 @@ type ListEntry struct {
 	EgressIP string `json:"egressIP,omitempty"`
 	// Created is when the member was created.
 	Created time.Time `json:"created"`
+	// Engine is the forward proxy the member runs (EngineForwardProxy,
+	// EngineTinyproxy); empty when not known. A gateway keeps its
+	// connections to a member alive only for EngineForwardProxy.
+	Engine string `json:"engine,omitempty"`
 }
+
+// The engines a member may run, as ListEntry.Engine names them.
+const (
+	// EngineForwardProxy is this project's own forward proxy (the
+	// operator's `proxy` subcommand): it parses every answer it relays
+	// and writes nothing past the answer's framing.
+	EngineForwardProxy = "egress-proxies-operator"
+	// EngineTinyproxy is tinyproxy, which relays an origin's answer as
+	// raw bytes once it has passed the head on.
+	EngineTinyproxy = "tinyproxy"
+)
 
 // ProxyURL is the URL of a proxy at address and port: http://address:port,
 // with user (nil for none) as its userinfo. The status's url, the

@@ -6,6 +6,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -13,6 +14,7 @@ import (
 // Type registers the kubernetes provider type with the operator's setup.
 var Type = provider.Type{
 	Name:     TypeName,
+	Engine:   published.EngineForwardProxy,
 	NewBlock: func() config.Block { return &Block{} },
 	New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
 		return New(Options{Entry: e, Client: d.Client, APIReader: d.APIReader, DefaultImage: d.OwnImage, Ownership: d.Ownership})

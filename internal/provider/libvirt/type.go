@@ -1,6 +1,7 @@
 package libvirt
 
 import (
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -14,7 +15,9 @@ var KVMType = providerType(TypeKVM)
 
 func providerType(name string) provider.Type {
 	return provider.Type{
-		Name:     name,
+		Name: name,
+		// The guests run tinyproxy, installed by cloud-init.
+		Engine:   published.EngineTinyproxy,
 		NewBlock: func() config.Block { return &Block{} },
 		New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
 			return New(Options{Entry: e, Log: d.Log, Ownership: d.Ownership, Entries: d.Entries})

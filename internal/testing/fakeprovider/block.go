@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -43,7 +44,10 @@ func Registry() config.Registry {
 // for tests that run the operator's setup with the fake registered.
 func TypeFor(f *Provider) provider.Type {
 	return provider.Type{
-		Name:     TypeName,
+		Name: TypeName,
+		// As the VM types: what a gateway in these tests sees of a fake
+		// member is a VM's.
+		Engine:   published.EngineTinyproxy,
 		NewBlock: func() config.Block { return &Block{} },
 		New: func(*config.Entry, provider.Deps) (provider.Provider, error) {
 			if f == nil {
