@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -45,6 +46,16 @@ type ProxyGatewaySpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	Replicas *int32 `json:"replicas,omitempty"`
+
+	// resources are the gateway container's CPU and memory requests and
+	// limits. Unset, the gateway asks for 100m CPU and 128Mi and is
+	// limited to 512Mi: what its bounded tables take when full, with the
+	// default connection cap's idle tunnels and room for plain requests in
+	// flight (docs/gateway.md, "Memory"). A memory limit also sets the Go
+	// runtime's soft limit (GOMEMLIMIT) to 90% of it, so that the gateway
+	// collects garbage harder before it is killed.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
 	// strategy picks a member for each plain request and each tunnel:
 	// roundRobin (the default), random or leastConnections.

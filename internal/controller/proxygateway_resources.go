@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -157,9 +158,13 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 	if port < 1024 {
 		secCtx.Capabilities.Add = []corev1.Capability{"NET_BIND_SERVICE"}
 	}
+	resources := gatewayResources(gw)
+	if limit, ok := resources.Limits[corev1.ResourceMemory]; ok && limit.Value() > 0 {
+		env = append(env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(limit.Value()/10*9, 10)})
+	}
 	admin := intstr.FromString("admin")
 	container := corev1.Container{
-		Name: "gateway", Image: image, Args: args, Env: env,
+		Name: "gateway", Image: image, Args: args, Env: env, Resources: resources,
 		Ports: []corev1.ContainerPort{{Name: "proxy", ContainerPort: port, Protocol: corev1.ProtocolTCP},
 			{Name: "admin", ContainerPort: gatewayAdminPort, Protocol: corev1.ProtocolTCP}},
 		// Ready only with members to send to: a pod without any gets no
@@ -192,6 +197,30 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 			},
 		},
 	}}
+}
+
+// Default resources of a gateway container, sized from measurements
+// (docs/gateway.md, "Memory"): every table a client feeds full takes about
+// 60 MiB (TestClientFedTablesStayUnderTheirBound), the default cap of 8192
+// connections as idle tunnels about 90 MiB, the runtime and watches some
+// 30 MiB; the rest of the limit is for plain requests in flight and the
+// collector's headroom. No CPU limit: a throttled gateway delays every
+// crawler's requests, and the request reserves its share.
+var (
+	gatewayRequestCPU    = resource.MustParse("100m")
+	gatewayRequestMemory = resource.MustParse("128Mi")
+	gatewayLimitMemory   = resource.MustParse("512Mi")
+)
+
+// gatewayResources are the ProxyGateway's resources, or the defaults.
+func gatewayResources(gw *crawlv1alpha1.ProxyGateway) corev1.ResourceRequirements {
+	if gw.Spec.Resources != nil {
+		return *gw.Spec.Resources.DeepCopy()
+	}
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: gatewayRequestCPU, corev1.ResourceMemory: gatewayRequestMemory},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: gatewayLimitMemory},
+	}
 }
 
 // gatewayLimitArgs are the failover, limit and ban flags of the gateway

@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
@@ -77,6 +80,53 @@ func TestGatewayLimitArgs(t *testing.T) {
 		got := gatewayLimitArgs(&crawlv1alpha1.ProxyGateway{Spec: tc.spec})
 		if diff := cmp.Diff(tc.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", tc.reason, diff)
+		}
+	}
+}
+
+// TestGatewayResources (#38 item 2): a gateway pod has a memory limit
+// sized from the tables' measured bound unless the ProxyGateway sets its
+// own resources, and the Go runtime's soft limit follows the container's
+// memory limit (90%), so the gateway collects garbage before the kernel
+// kills it; without a memory limit the runtime has none.
+func TestGatewayResources(t *testing.T) {
+	custom := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")},
+	}
+	for _, tc := range []struct {
+		reason        string
+		resources     *corev1.ResourceRequirements
+		wantRequests  string
+		wantLimit     string
+		wantGOMEMLIMT string
+	}{
+		{"unset: the measured defaults", nil, "cpu=100m memory=128Mi", "512Mi", "483183819"},
+		{"the ProxyGateway's own", &custom, "memory=1Gi", "2Gi", "1932735276"},
+		{"requests only: no soft limit", &corev1.ResourceRequirements{Requests: custom.Requests}, "memory=1Gi", "", ""},
+	} {
+		gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "gw"},
+			Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}, Resources: tc.resources}}
+		c := gatewayDeployment(gw, "egress-proxies-operator:dev").Spec.Template.Spec.Containers[0]
+		var requests []string
+		for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			if q, ok := c.Resources.Requests[name]; ok {
+				requests = append(requests, string(name)+"="+q.String())
+			}
+		}
+		limit := ""
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+			limit = q.String()
+		}
+		soft := ""
+		for _, e := range c.Env {
+			if e.Name == "GOMEMLIMIT" {
+				soft = e.Value
+			}
+		}
+		got := []string{strings.Join(requests, " "), limit, soft}
+		if diff := cmp.Diff([]string{tc.wantRequests, tc.wantLimit, tc.wantGOMEMLIMT}, got); diff != "" {
+			t.Errorf("%s: requests, memory limit, GOMEMLIMIT (-want +got):\n%s", tc.reason, diff)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 )
 
@@ -49,6 +50,28 @@ type TunnelHeaderReader interface {
 }
 
 type tunnelHeaderKey struct{}
+
+type clientKey struct{}
+
+// ClientAddr returns the address of the client whose request or CONNECT
+// the context belongs to, as its TCP peer says (never a header), from the
+// context that Authorize gets and passes on; invalid outside one. An
+// Upstream keys what it keeps per client by it (a gateway's ban reports).
+func ClientAddr(ctx context.Context) netip.Addr {
+	x, _ := ctx.Value(clientKey{}).(*exchange)
+	if x == nil {
+		return netip.Addr{}
+	}
+	src := x.source
+	if x.remote != nil {
+		src = x.remote.String()
+	}
+	ap, err := netip.ParseAddrPort(src)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
 
 // TunnelHeader returns the fields of a CONNECT request that the Upstream
 // named in TunnelHeaders, each with every value sent (a repeated field has
@@ -125,7 +148,7 @@ func (p *Proxy) authorize(ctx context.Context, proxyAuthorization string, x *exc
 		}
 		return ctx, refusal{}, true
 	}
-	next, err := p.upstream.Authorize(ctx, proxyAuthorization)
+	next, err := p.upstream.Authorize(context.WithValue(ctx, clientKey{}, x), proxyAuthorization)
 	if err != nil {
 		x.err = err
 		if re, ok := isRefused(err); ok {

@@ -42,24 +42,31 @@ type AdminBan struct {
 	Expires time.Time
 }
 
+// adminEntry is an administrator's ban with its host, for the log: the
+// administrator's, not a client's, so it is kept.
+type adminEntry struct {
+	ban
+	host string
+}
+
 // SetAdminBans replaces the administrator's bans this gateway honours with
 // bans (nil: none). A ban it did not hold before is counted
 // (egress_proxies_gateway_bans_total, cause admin) and logged; an expired
 // one is kept out.
 func (g *Gateway) SetAdminBans(bans []AdminBan) {
 	now := g.now()
-	next := make(map[banKey]ban, len(bans))
-	hosts := map[string]int{}
+	next := make(map[banKey]adminEntry, len(bans))
+	hosts := map[hostKey]int{}
 	for _, b := range bans {
 		host := strings.ToLower(strings.TrimSuffix(b.Host, "."))
 		if !now.Before(b.Expires) || host == "" {
 			continue
 		}
-		k := banKey{published.MemberKey(b.Pool, b.Member), host}
+		k := banKey{published.MemberKey(b.Pool, b.Member), keyOf(host)}
 		if _, dup := next[k]; !dup {
-			hosts[host]++
+			hosts[k.host]++
 		}
-		next[k] = ban{until: b.Expires, pool: b.Pool, name: b.Member}
+		next[k] = adminEntry{ban: ban{until: b.Expires, pool: b.Pool, name: b.Member}, host: host}
 	}
 	t := g.bans
 	t.mu.Lock()
@@ -73,11 +80,11 @@ func (g *Gateway) SetAdminBans(bans []AdminBan) {
 		if g.metrics != nil {
 			g.metrics.bans.WithLabelValues(b.pool, b.name, causeAdmin).Inc()
 		}
-		g.log.Info("administrator's ban", "member", b.pool+"/"+b.name, "host", k.host, "until", b.until.UTC().Format(time.RFC3339))
+		g.log.Info("administrator's ban", "member", b.pool+"/"+b.name, "host", b.host, "until", b.until.UTC().Format(time.RFC3339))
 	}
 	for k, b := range prev {
 		if _, ok := next[k]; !ok && now.Before(b.until) {
-			g.log.Info("administrator's ban lifted", "member", b.pool+"/"+b.name, "host", k.host)
+			g.log.Info("administrator's ban lifted", "member", b.pool+"/"+b.name, "host", b.host)
 		}
 	}
 }

@@ -16,12 +16,22 @@ import (
 // Bans: a destination that bans an egress address answers its requests
 // with a ban status (429 by default, 403 when the administrator says so).
 // The gateway sees that answer on a plain request: it keeps that member away
-// from that destination host for BanFor, and sends the request, when it is
-// idempotent and has no body, to another member (before any byte reached
-// the client). Through a tunnel the gateway sees nothing, so the crawler
-// reports the ban itself, with BanHeader or the ban username option, on a
-// request or tunnel of the session that was banned: the gateway bans the
-// member that session is on for that host.
+// from that destination host for BanFor, for every client, and sends the
+// request, when it is idempotent and has no body, to another member (before
+// any byte reached the client). Through a tunnel the gateway sees nothing,
+// so the crawler reports the ban itself, with BanHeader or the ban username
+// option, on a request or tunnel of the session that was banned.
+//
+// A report is the reporting client's word, and a client may lie: it keeps
+// the session's member away from that host for the reporting client only
+// (its TCP source address, forwardproxy.ClientAddr). Only when
+// reportersForAll distinct clients reported the same member and host within
+// the cool-down is it a ban for everyone, as a ban status the gateway saw
+// itself. So no single client can make the gateway refuse another, and a
+// flood of made-up reports from one client fills only its own share of the
+// tables. A client's reports are also rate-limited (reportRate,
+// reportBurst; past that they are ignored and the access log says so), and
+// a session reports a host once per cool-down.
 //
 // A member banned for a host gets no request or tunnel to that host; it
 // serves every other host as before. A session whose member is banned for a
@@ -32,16 +42,31 @@ import (
 // Retry-After until the first ban ends.
 //
 // Each replica keeps its own bans (a replica learns a ban from the answers
-// it sees and the reports it gets), at most maxBanKeys (member, host) pairs:
-// past that the oldest ban is forgotten first, the one closest to its end.
+// it sees and the reports it gets). Every table a client feeds is bounded
+// (maxBanKeys entries of fixed-size keys and a host of at most maxHostLen
+// bytes, copied out of the request), forgets the oldest entry first when
+// full, and sheds entries that are over as it is written to.
 
 // Defaults of the bans' zero values in Config.
 const (
 	// DefaultBanFor is how long a banned member stays away from the host.
 	DefaultBanFor = 5 * time.Minute
-	// maxBanKeys bounds the (member, host) bans, and the (session, host)
-	// reports, that a replica keeps.
+	// maxBanKeys bounds each of the tables a replica keeps of bans and
+	// reports: (member, host) bans for everyone, a client's own (member,
+	// host) bans, (client, session, host) reports and the clients that
+	// reported a (member, host).
 	maxBanKeys = 1 << 16
+	// maxReportClients bounds the clients whose report rate is tracked.
+	maxReportClients = 1 << 12
+	// reportersForAll is how many distinct clients must report the same
+	// member and host within the cool-down before it is banned for
+	// everyone.
+	reportersForAll = 3
+	// reportRate and reportBurst bound a client's ban reports: a crawler
+	// reports what it sees banned, a few a second at most even for a large
+	// crawl; more is noise or an attack.
+	reportRate  = 5.0
+	reportBurst = 50
 )
 
 // DefaultBanStatuses are the destination answers that are a ban when
@@ -57,6 +82,9 @@ const BanHeader = "X-Gateway-Ban"
 const (
 	causeReportHeader   = "report-header"
 	causeReportUsername = "report-username"
+	// causeReportsConfirmed is a ban for everyone: reportersForAll
+	// distinct clients reported it.
+	causeReportsConfirmed = "reports-confirmed"
 )
 
 // checkBanStatuses refuses a ban status that is not a 4xx or 5xx answer,
@@ -73,7 +101,7 @@ func checkBanStatuses(codes []int) error {
 // banKey is one member's ban from one destination host.
 type banKey struct {
 	member uint64
-	host   string
+	host   hostKey
 }
 
 // ban is a banKey's value: until when, and whom, for the gauge.
@@ -82,46 +110,110 @@ type ban struct {
 	pool, name string
 }
 
+// clientBanKey is one client's own ban of a member from a host, from its
+// reports.
+type clientBanKey struct {
+	client, member uint64
+	host           hostKey
+}
+
 // reportKey is one session's ban report about one host.
 type reportKey struct {
-	session uint64
-	host    string
+	client, session uint64
+	host            hostKey
+}
+
+// reporters are the distinct clients that reported a member and host, and
+// until when the last report counts.
+type reporters struct {
+	clients [reportersForAll]uint64
+	n       int
+	until   time.Time
 }
 
 // banTable is a replica's bans, safe for concurrent use.
 type banTable struct {
-	mu      sync.RWMutex
-	bans    *lru[banKey, ban]
-	perHost map[string]int // bans per host: most requests go to hosts without any
-	reports *lru[reportKey, time.Time]
+	mu       sync.RWMutex
+	bans     *lru[banKey, ban]
+	perHost  map[hostKey]int // bans per host: most requests go to hosts without any
+	clients  *lru[clientBanKey, time.Time]
+	perHostC map[hostKey]int // clients' own bans per host
+	reports  *lru[reportKey, time.Time]
+	// reporters count, per (member, host), the clients that reported it.
+	reporters *lru[banKey, *reporters]
+	// budgets are the clients' report rates.
+	budgets *lru[uint64, *bucket]
 	// admin are the administrator's bans (adminbans.go), replaced whole
 	// as the ProxyGateway changes; adminHosts counts them per host.
-	admin      map[banKey]ban
-	adminHosts map[string]int
+	admin      map[banKey]adminEntry
+	adminHosts map[hostKey]int
 }
 
 func newBanTable(size int) *banTable {
-	t := &banTable{bans: newLRU[banKey, ban](size), perHost: map[string]int{}, reports: newLRU[reportKey, time.Time](size)}
-	t.bans.onRemove = func(k banKey, _ ban) {
-		if t.perHost[k.host]--; t.perHost[k.host] <= 0 {
-			delete(t.perHost, k.host)
-		}
-	}
+	t := &banTable{bans: newLRU[banKey, ban](size), perHost: map[hostKey]int{}, clients: newLRU[clientBanKey, time.Time](size),
+		perHostC: map[hostKey]int{}, reports: newLRU[reportKey, time.Time](size), reporters: newLRU[banKey, *reporters](size),
+		budgets: newLRU[uint64, *bucket](min(size, maxReportClients))}
+	t.bans.onRemove = func(k banKey, _ ban) { uncount(t.perHost, k.host) }
+	t.clients.onRemove = func(k clientBanKey, _ time.Time) { uncount(t.perHostC, k.host) }
 	return t
 }
 
-// add bans m from host until then (a ban already longer stays). A new ban
-// is the most recent: the oldest are forgotten first.
-func (t *banTable) add(m *Member, host string, until time.Time) {
+func uncount(m map[hostKey]int, host hostKey) {
+	if m[host]--; m[host] <= 0 {
+		delete(m, host)
+	}
+}
+
+// add bans m from host, for everyone, until then (a ban already longer
+// stays). A new ban is the most recent: the oldest are forgotten first.
+func (t *banTable) add(m *Member, host string, now, until time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := banKey{m.id, host}
+	k := banKey{m.id, keyOf(host)}
 	if b, ok := t.bans.peek(k); ok {
 		until = later(until, b.until)
 	} else {
-		t.perHost[host]++
+		t.bans.expire(func(_ banKey, b ban) bool { return !now.Before(b.until) })
+		t.perHost[k.host]++
 	}
 	t.bans.put(k, ban{until: until, pool: m.Pool, name: m.Name})
+}
+
+// addReported records client's report that host banned m, until then: m is
+// banned from host for client's requests. It reports whether that makes
+// reportersForAll distinct clients within the cool-down, when the caller
+// bans m for everyone.
+func (t *banTable) addReported(client uint64, m *Member, host string, now, until time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	hk := keyOf(host)
+	ck := clientBanKey{client, m.id, hk}
+	if _, ok := t.clients.peek(ck); !ok {
+		t.clients.expire(func(_ clientBanKey, end time.Time) bool { return !now.Before(end) })
+		t.perHostC[hk]++
+	}
+	t.clients.put(ck, until)
+	k := banKey{m.id, hk}
+	r, ok := t.reporters.get(k)
+	if !ok || !now.Before(r.until) {
+		if !ok {
+			t.reporters.expire(func(_ banKey, r *reporters) bool { return !now.Before(r.until) })
+		}
+		r = &reporters{}
+		t.reporters.put(k, r)
+	}
+	r.until = until
+	if slices.Contains(r.clients[:r.n], client) {
+		return false
+	}
+	r.clients[r.n] = client
+	r.n++
+	if r.n < reportersForAll {
+		return false
+	}
+	// Banned for everyone now: the count starts again.
+	*r = reporters{until: until}
+	return true
 }
 
 func later(a, b time.Time) time.Time {
@@ -131,24 +223,28 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// allowed returns the candidates not banned from host at now, and, when
-// none is left, when the first of their bans ends.
-func (t *banTable) allowed(candidates []*Member, host string, now time.Time) ([]*Member, time.Time) {
+// allowed returns the candidates not banned from host at now, for client's
+// requests, and, when none is left, when the first of their bans ends.
+func (t *banTable) allowed(candidates []*Member, client uint64, host string, now time.Time) ([]*Member, time.Time) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.perHost[host] == 0 && t.adminHosts[host] == 0 {
+	hk := keyOf(host)
+	if t.perHost[hk] == 0 && t.adminHosts[hk] == 0 && t.perHostC[hk] == 0 {
 		return candidates, time.Time{}
 	}
 	var out []*Member
 	var first time.Time
 	for _, m := range candidates {
-		k := banKey{m.id, host}
+		k := banKey{m.id, hk}
 		until := time.Time{}
 		if b, ok := t.bans.peek(k); ok {
 			until = b.until
 		}
 		if b, ok := t.admin[k]; ok {
 			until = later(until, b.until)
+		}
+		if end, ok := t.clients.peek(clientBanKey{client, m.id, hk}); ok {
+			until = later(until, end)
 		}
 		switch {
 		case !now.Before(until):
@@ -164,18 +260,35 @@ func (t *banTable) allowed(candidates []*Member, host string, now time.Time) ([]
 // reports whether it is the first within that time: a session that keeps
 // the ban option in its username, or sends the header again, bans its
 // member once, not the member it moved to after.
-func (t *banTable) firstReport(session uint64, host string, now, until time.Time) bool {
+func (t *banTable) firstReport(client, session uint64, host string, now, until time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := reportKey{session, host}
+	k := reportKey{client, session, keyOf(host)}
 	if end, ok := t.reports.peek(k); ok && now.Before(end) {
 		return false
 	}
+	t.reports.expire(func(_ reportKey, end time.Time) bool { return !now.Before(end) })
 	t.reports.put(k, until)
 	return true
 }
 
-// active counts the bans in force at now, by pool.
+// spend takes one of client's report tokens at now: false when its reports
+// come faster than reportRate, past reportBurst.
+func (t *banTable) spend(client uint64, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b, ok := t.budgets.get(client)
+	if !ok {
+		full := time.Duration(reportBurst / reportRate * float64(time.Second))
+		t.budgets.expire(func(_ uint64, b *bucket) bool { return now.Sub(b.at) >= full })
+		b = &bucket{tokens: reportBurst, at: now}
+		t.budgets.put(client, b)
+	}
+	ok, _ = b.take(reportRate, reportBurst, now)
+	return ok
+}
+
+// active counts the bans for everyone in force at now, by pool.
 func (t *banTable) active(now time.Time) map[string]int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
@@ -197,9 +310,16 @@ func (t *banTable) active(now time.Time) map[string]int {
 // isBanStatus reports whether a destination's answer code is a ban.
 func (g *Gateway) isBanStatus(code int) bool { return slices.Contains(g.banStatuses, code) }
 
-// banned records that host banned m, for cause (a status or a report).
+// banned records that host banned m, for everyone, for cause (a status,
+// or reports confirmed by distinct clients).
 func (g *Gateway) banned(ctx context.Context, m *Member, host, cause string) {
-	g.bans.add(m, host, g.now().Add(g.banFor))
+	now := g.now()
+	g.bans.add(m, host, now, now.Add(g.banFor))
+	g.countBan(ctx, m, host, cause)
+}
+
+// countBan counts, logs and traces a ban of m from host.
+func (g *Gateway) countBan(ctx context.Context, m *Member, host, cause string) {
 	if g.metrics != nil {
 		g.metrics.bans.WithLabelValues(m.Pool, m.Name, cause).Inc()
 	}
@@ -208,11 +328,11 @@ func (g *Gateway) banned(ctx context.Context, m *Member, host, cause string) {
 	g.log.V(1).Info("member banned", "member", m.String(), "host", host, "cause", cause, "for", g.banFor.String())
 }
 
-// withoutBanned is candidates without the members banned from host: a 429
-// until the first ban ends when none is left.
-func (g *Gateway) withoutBanned(candidates []*Member, host string) ([]*Member, error) {
+// withoutBanned is candidates without the members banned from host for rt's
+// client: a 429 until the first ban ends when none is left.
+func (g *Gateway) withoutBanned(candidates []*Member, rt *route, host string) ([]*Member, error) {
 	now := g.now()
-	out, first := g.bans.allowed(candidates, host, now)
+	out, first := g.bans.allowed(candidates, rt.clientKey(), host, now)
 	if len(out) > 0 {
 		return out, nil
 	}
@@ -265,22 +385,34 @@ func reports(rt *route, header []string) ([]banReport, error) {
 	return out, nil
 }
 
-// applyReports bans, for each report, the member rt's session is on for
-// the host it names, once per session, host and cool-down.
+// applyReports bans, for each report, the member rt's session is on from
+// the host it names, for rt's client, once per session, host and
+// cool-down and within the client's report rate; reportersForAll distinct
+// clients make it a ban for everyone.
 func (g *Gateway) applyReports(ctx context.Context, rt *route, reps []banReport) error {
 	for _, r := range reps {
 		candidates, err := g.eligible(rt)
 		if err != nil {
 			return err
 		}
-		if candidates, err = g.withoutBanned(candidates, r.host); err != nil {
+		if candidates, err = g.withoutBanned(candidates, rt, r.host); err != nil {
 			continue // every member is banned from it already
 		}
 		now := g.now()
-		if !g.bans.firstReport(hash64(rt.session), r.host, now, now.Add(g.banFor)) {
+		client := rt.clientKey()
+		if !g.bans.firstReport(client, hash64(rt.session), r.host, now, now.Add(g.banFor)) {
 			continue
 		}
-		g.banned(ctx, place(sessionKey(rt.session, rt.ttl, now), candidates), r.host, r.cause)
+		if !g.bans.spend(client, now) {
+			forwardproxy.AccessField(ctx, "ban", "report ignored: over the client's report rate")
+			continue
+		}
+		m := place(sessionKey(rt.session, rt.ttl, now), candidates)
+		if g.bans.addReported(client, m, r.host, now, now.Add(g.banFor)) {
+			g.banned(ctx, m, r.host, causeReportsConfirmed)
+			continue
+		}
+		g.countBan(ctx, m, r.host, r.cause)
 	}
 	return nil
 }

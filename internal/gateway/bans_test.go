@@ -362,8 +362,10 @@ func TestBanReports(t *testing.T) {
 // TestBadBanReportsAreRefused: a ban report without a session, twice, with
 // a host over the bound or with other characters (header injection in the
 // username included) gets a 400 that says what is wrong, on CONNECT and
-// plain requests, without echoing the input raw; a client that reports
-// thousands of distinct hosts gets them all, within the table's bound.
+// plain requests, without echoing the input raw (a port of thousands of
+// digits included, which a table would otherwise keep); a client that
+// reports thousands of distinct hosts gets its report rate's burst, all of
+// them its own (none is a ban for everyone).
 func TestBadBanReportsAreRefused(t *testing.T) {
 	ms := startMembers(t, 2)
 	w := watchSecrets(t, ms)
@@ -372,7 +374,8 @@ func TestBadBanReportsAreRefused(t *testing.T) {
 	set := gateway.NewSet()
 	set.Update("crawl", entries(ms))
 	reg, gm := newMetrics(t)
-	h := startGateway(t, gateway.Config{Members: set, Metrics: gm})
+	clk := newClock()
+	h := startGateway(t, gateway.Config{Members: set, Metrics: gm, Now: clk.Now})
 	long := strings.Repeat("a", 250) + ".example"
 	for _, tc := range []struct {
 		reason, user string
@@ -386,6 +389,7 @@ func TestBadBanReportsAreRefused(t *testing.T) {
 		{"other characters", gwUser + "-session-a", []string{"exa mple.org/x"}, `a ban names a host`},
 		{"header injection in the username", gwUser + "-session-a-ban-x.org\r\nX-Injected 1\r\n\r\nGET /evil HTTP/1.1", nil, `not "x.org\r\nX-Injected 1\r\n`},
 		{"an empty ban option", gwUser + "-session-a-ban-", nil, `a ban names a host`},
+		{"a port of 6000 digits", gwUser + "-session-a", []string{"example.org:" + strings.Repeat("9", 6000)}, "not a number from 1 to 65535"},
 	} {
 		var extra strings.Builder
 		for _, v := range tc.header {
@@ -416,11 +420,102 @@ func TestBadBanReportsAreRefused(t *testing.T) {
 			t.Fatalf("report %d: %d %q %v", i, code, body, err)
 		}
 	}
-	if got := metric(t, reg, "egress_proxies_gateway_bans_active", nil); got != hosts {
-		t.Errorf("active bans after %d reports of distinct hosts: %v; want %d (the bound, %d, is TestBanTableBounds')", hosts, got, hosts, 1<<16)
+	// The clock stands still: no token comes back during the run.
+	if got := bansTotal(t, reg, "", "report-header"); got != 50 {
+		t.Errorf("bans by %d reports of distinct hosts from one client: %v; want its report burst, 50", hosts, got)
+	}
+	if got := metric(t, reg, "egress_proxies_gateway_bans_active", nil); got != 0 {
+		t.Errorf("bans for everyone after one client's %d reports: %v; want none", hosts, got)
 	}
 	w.Add("logs", h.logs.String())
 	for _, f := range w.Findings() {
 		t.Error(f)
+	}
+}
+
+// clientFrom is an HTTP client through the gateway as user whose
+// connections come from src, a loopback address: to the gateway, another
+// client.
+func (h *gw) clientFrom(t *testing.T, src, user string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	tr := &http.Transport{Proxy: http.ProxyURL(h.url(user)), DisableKeepAlives: true, DialContext: d.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: wait}
+}
+
+// TestOneClientsReportsLeaveOthersServed (#38 item 3): a client (one
+// source address) that reports, with a new session each time, that a host
+// banned every member is answered 429 for that host, and every other client
+// is still served there through every member. Only reports of the same
+// member and host from three distinct clients ban it for everyone. It
+// fails with reports banning for everyone at once.
+func TestOneClientsReportsLeaveOthersServed(t *testing.T) {
+	ms := startMembers(t, 3)
+	set := gateway.NewSet()
+	set.Update("crawl", entries(ms))
+	reg, gm := newMetrics(t)
+	h := startGateway(t, gateway.Config{Members: set, Metrics: gm, Now: newClock().Now})
+	site := originOn(t, "127.0.0.20", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		_, _ = io.WriteString(w, host)
+	}))
+	const banned = "127.0.0.20"
+
+	liar := "127.0.0.2"
+	for i := range ms {
+		code, body, _, err := get(h.clientFrom(t, liar, fmt.Sprintf("%s-session-liar%d", gwUser, i)), site, http.Header{gateway.BanHeader: {banned}})
+		// The last report bans the last member before its own request
+		// goes on: that request is the first 429.
+		if code != http.StatusOK && (i < len(ms)-1 || code != http.StatusTooManyRequests) {
+			t.Fatalf("report %d: %d %q %v", i, code, body, err)
+		}
+	}
+	if code, _, _, _ := get(h.clientFrom(t, liar, gwUser), site, nil); code != http.StatusTooManyRequests {
+		t.Errorf("the reporting client after banning every member: %d; want 429", code)
+	}
+	seen := map[string]bool{}
+	other := h.clientFrom(t, "127.0.0.3", gwUser)
+	for i := range 3 * len(ms) {
+		code, body, _, err := get(other, site, nil)
+		if code != http.StatusOK {
+			t.Fatalf("another client's request %d: %d %q %v; want it served", i, code, body, err)
+		}
+		seen[body] = true
+	}
+	if len(seen) != len(ms) {
+		t.Errorf("another client went through %d members; want all %d (a report bans for its client only)", len(seen), len(ms))
+	}
+	if got := metric(t, reg, "egress_proxies_gateway_bans_active", nil); got != 0 {
+		t.Errorf("bans for everyone after one client's reports: %v; want none", got)
+	}
+
+	// The same session's member, reported by three distinct clients
+	// (another host: the first client reported every member for the
+	// first, and counts among its reporters).
+	site = originOn(t, "127.0.0.21", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		_, _ = io.WriteString(w, host)
+	}))
+	const session, second = "-session-shared", "127.0.0.21"
+	_, before, _, err := get(h.clientFrom(t, "127.0.0.9", gwUser+session), site, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, src := range []string{"127.0.0.4", "127.0.0.5", "127.0.0.6"} {
+		if i == 2 {
+			if _, got, _, _ := get(h.clientFrom(t, "127.0.0.9", gwUser+session), site, nil); got != before {
+				t.Errorf("after two clients' reports a third client's session moved from %s to %s; want it kept", before, got)
+			}
+		}
+		if code, body, _, err := get(h.clientFrom(t, src, gwUser+session), site, http.Header{gateway.BanHeader: {second}}); code != http.StatusOK {
+			t.Fatalf("report from %s: %d %q %v", src, code, body, err)
+		}
+	}
+	if _, got, _, _ := get(h.clientFrom(t, "127.0.0.9", gwUser+session), site, nil); got == before {
+		t.Errorf("after three clients' reports the session still goes through %s; want another member", before)
+	}
+	if diff := cmp.Diff([]float64{1, 1}, []float64{bansTotal(t, reg, "", "reports-confirmed"), metric(t, reg, "egress_proxies_gateway_bans_active", nil)}); diff != "" {
+		t.Errorf("confirmed bans and bans for everyone (-want +got):\n%s", diff)
 	}
 }

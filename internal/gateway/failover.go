@@ -226,7 +226,7 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 	if err != nil {
 		return nil, err
 	}
-	if candidates, err = g.withoutBanned(candidates, host); err != nil {
+	if candidates, err = g.withoutBanned(candidates, rt, host); err != nil {
 		return nil, err
 	}
 	if req.Body != nil && req.Body != http.NoBody {

@@ -346,6 +346,7 @@ func (g *Gateway) Authorize(ctx context.Context, value string) (context.Context,
 	if err != nil {
 		return ctx, err
 	}
+	rt.client = forwardproxy.ClientAddr(ctx)
 	return context.WithValue(ctx, routeKey{}, rt), nil
 }
 
@@ -470,7 +471,7 @@ func (g *Gateway) dialTunnel(ctx context.Context, target string) (*route, net.Co
 	if err != nil {
 		return rt, nil, err
 	}
-	if candidates, err = g.withoutBanned(candidates, host); err != nil {
+	if candidates, err = g.withoutBanned(candidates, rt, host); err != nil {
 		return rt, nil, err
 	}
 	// The client gets no byte before the tunnel is open, so every failed

@@ -20,6 +20,7 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // tinyproxyMember runs Debian's tinyproxy (the VM guests' proxy, 1.11.1 on
@@ -56,11 +57,11 @@ func tinyproxyMember(t *testing.T, name string) gateway.Entry {
 		}
 	}
 	path := filepath.Join(dir, "tinyproxy.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil { //nolint:gosec // G306: tinyproxy reads it after dropping root; a test's own password.
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin, "-d", "-c", path) //nolint:gosec // G204: tinyproxy with the test's own file.
+	cmd := exec.CommandContext(ctx, bin, "-d", "-c", path)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
@@ -75,18 +76,14 @@ func tinyproxyMember(t *testing.T, name string) gateway.Entry {
 		}
 	})
 	// It listens once it has read its file: wait at its own pace.
-	deadline := time.Now().Add(wait)
-	for {
+	poll.Until(t, wait, func() (bool, string) {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			_ = c.Close()
-			break
+		if err != nil {
+			return false, fmt.Sprintf("tinyproxy did not listen on %s: %v", addr, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tinyproxy did not listen on %s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		_ = c.Close()
+		return true, ""
+	})
 	u := url.URL{Scheme: "http", Host: addr, User: url.UserPassword(user, pass)}
 	return gateway.Entry{Name: name, URL: u.String(), Provider: "lab", Zone: "rack-a", Engine: published.EngineTinyproxy}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"container/list"
+	"hash/maphash"
 	"math"
 	"net"
 	"net/http"
@@ -33,6 +34,12 @@ const (
 	// maxHostLen is the longest destination host a request may name (a
 	// DNS name's bound): it bounds what the rate and ban state keep.
 	maxHostLen = 253
+	// maxClientTablesBytes bounds the heap that every table a client
+	// feeds (bans, reports, rates) holds when full of the longest keys
+	// (TestClientFedTablesStayUnderTheirBound); the gateway pod's memory
+	// limit is sized from it. Measured full: 60 MiB (docs/gateway.md
+	// "Memory").
+	maxClientTablesBytes = 80 << 20
 )
 
 // Values of the limit label.
@@ -42,18 +49,38 @@ const (
 )
 
 // destHost is the lower-case host of a destination (host or host:port),
-// or a refusal when it is too long to be a host name.
+// or a refusal when it cannot be one: a host longer than a DNS name, a port
+// that is not a number from 1 to 65535. It is a substring of its input,
+// which may be a whole request line or header: the tables keep its keyOf,
+// never the string, so that no entry pins a client's bytes.
 func destHost(hostport string) (string, error) {
 	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
+	if h, port, err := net.SplitHostPort(hostport); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || len(port) > 5 || n < 1 || n > 65535 {
+			return "", &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "the destination port is not a number from 1 to 65535"}
+		}
 		host = h
 	}
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	host = strings.TrimSuffix(host, ".")
 	if len(host) > maxHostLen {
 		return "", &forwardproxy.RefusedError{Code: http.StatusBadRequest, Message: "the destination host is longer than " + strconv.Itoa(maxHostLen) + " characters"}
 	}
-	return host, nil
+	return strings.ToLower(host), nil
 }
+
+// hostKey is a destination host as the tables key it: a fixed-size hash,
+// so that an entry holds none of the client's bytes (a host of
+// maxHostLen bytes, or the whole request line a substring would pin) and
+// every key costs the same.
+type hostKey uint64
+
+// hostSeed keys the hash: unknown outside the process, so that no client
+// can choose two hosts that share a key (and ban one with the other's
+// report). The tables are the process's own, so a seed per process will do.
+var hostSeed = maphash.MakeSeed()
+
+// keyOf is host's key.
+func keyOf(host string) hostKey { return hostKey(maphash.String(hostSeed, host)) }
 
 // limitRefusal is the 429 when every member a request may use is at its
 // limit; wait is when one may have room again (0: unknown).
@@ -125,7 +152,7 @@ type rateLimiter struct {
 
 type rateKey struct {
 	member uint64
-	host   string
+	host   hostKey
 }
 
 type bucket struct {
@@ -146,18 +173,28 @@ func newRateLimiter(rate float64, burst int) *rateLimiter {
 func (r *rateLimiter) take(member uint64, host string, now time.Time) (bool, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := rateKey{member, host}
+	k := rateKey{member, keyOf(host)}
 	b, ok := r.buckets.get(k)
 	if !ok {
+		// Pairs idle long enough to be full again are forgotten first:
+		// they hold nothing a fresh bucket would not.
+		full := time.Duration(r.burst / r.rate * float64(time.Second))
+		r.buckets.expire(func(_ rateKey, b *bucket) bool { return now.Sub(b.at) >= full })
 		b = &bucket{tokens: r.burst, at: now}
 		r.buckets.put(k, b)
 	}
+	return b.take(r.rate, r.burst, now)
+}
+
+// take spends a token at now, refilling at rate up to burst: false, with
+// the wait for the next token, when there is none.
+func (b *bucket) take(rate, burst float64, now time.Time) (bool, time.Duration) {
 	if d := now.Sub(b.at); d > 0 {
-		b.tokens = min(r.burst, b.tokens+d.Seconds()*r.rate)
+		b.tokens = min(burst, b.tokens+d.Seconds()*rate)
 		b.at = now
 	}
 	if b.tokens < 1 {
-		return false, time.Duration((1 - b.tokens) / r.rate * float64(time.Second))
+		return false, time.Duration((1 - b.tokens) / rate * float64(time.Second))
 	}
 	b.tokens--
 	return true, 0
@@ -221,6 +258,20 @@ func (c *lru[K, V]) drop(e *list.Element) {
 	delete(c.items, ent.key)
 	if c.onRemove != nil {
 		c.onRemove(ent.key, ent.val)
+	}
+}
+
+// expire forgets, from the least recently used on, the entries done says
+// are over, and stops at the first that is not: a table whose entries end
+// in the order they were last used (bans, reports, idle buckets) sheds
+// what is over as it is written to, besides what its size evicts.
+func (c *lru[K, V]) expire(done func(K, V) bool) {
+	for e := c.order.Back(); e != nil; e = c.order.Back() {
+		ent, _ := e.Value.(lruEntry[K, V])
+		if !done(ent.key, ent.val) {
+			return
+		}
+		c.drop(e)
 	}
 }
 

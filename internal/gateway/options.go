@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,19 @@ type route struct {
 	zone     string        // "" for any
 	provider string        // "" for any
 	ban      string        // the host of a ban report, "" for none
+	// client is the client's TCP source address
+	// (forwardproxy.ClientAddr): what its ban reports are scoped to.
+	client netip.Addr
+}
+
+// clientKey is rt's client in the ban tables: a fixed-size hash of its
+// address (0 for none), so that no table keeps a client's bytes.
+func (rt *route) clientKey() uint64 {
+	if rt == nil || !rt.client.IsValid() {
+		return 0
+	}
+	b := rt.client.As16()
+	return hash64(string(b[:]))
 }
 
 // badOption is the 400 for a username option the gateway cannot honour.
