@@ -288,4 +288,8 @@ const (
 	// (Deployment, Service, Secret, ...) exists and is not controlled by
 	// this gateway; the operator never changes it. The message names it.
 	ReasonGatewayConflict = "GatewayConflict"
+	// ReasonGatewayApplyFailed (Ready=False): the API server refused an
+	// object the gateway needs (an admission policy, a quota, RBAC); the
+	// message carries the API's own words, and the operator tries again.
+	ReasonGatewayApplyFailed = "ApplyFailed"
 )

@@ -34,6 +34,7 @@ const (
 	eventGatewayReady    = "GatewayReady"
 	eventGatewayNoMember = "NoMembers"
 	eventGatewayConflict = "GatewayConflict"
+	eventGatewayRefused  = "ApplyFailed"
 )
 
 // DefaultGatewayResyncInterval is how often a gateway is looked at without
@@ -127,8 +128,16 @@ func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		// it, with no status written from a partial view.
 		return ctrl.Result{RequeueAfter: cacheDelay}, nil
 	}
-	if err != nil {
+	// An object the API server refused (admission, quota, RBAC) is told in
+	// status, with the API's words, and tried again with backoff: the
+	// status is never left empty while the error goes only to the log.
+	var refused apierrors.APIStatus
+	if err != nil && (!errors.As(err, &refused) || apierrors.IsConflict(err)) {
 		return ctrl.Result{}, err
+	}
+	applyErr := err
+	if applyErr != nil {
+		obs.refused = applyErr.Error()
 	}
 	if err := r.observePools(ctx, &gw, &obs); err != nil {
 		return ctrl.Result{}, err
@@ -136,6 +145,9 @@ func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	before := gw.Status.DeepCopy()
 	st := computeGatewayStatus(&gw, obs, metav1.NewTime(r.Now()))
 	if equality.Semantic.DeepEqual(before, &st) {
+		if applyErr != nil {
+			return ctrl.Result{}, applyErr
+		}
 		return ctrl.Result{RequeueAfter: r.ResyncInterval}, nil
 	}
 	patch := client.MergeFromWithOptions(gw.DeepCopy(), client.MergeFromWithOptimisticLock{})
@@ -147,6 +159,9 @@ func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, fmt.Errorf("patching the gateway status: %w", err)
 	}
 	r.announce(&gw, before, &st)
+	if applyErr != nil {
+		return ctrl.Result{}, applyErr
+	}
 	return ctrl.Result{RequeueAfter: r.ResyncInterval}, nil
 }
 
@@ -167,6 +182,8 @@ func (r *ProxyGatewayReconciler) announce(gw *crawlv1alpha1.ProxyGateway, before
 		r.Recorder.Eventf(gw, nil, corev1.EventTypeWarning, eventGatewayNoMember, "Serve", "%s", now.Message)
 	case crawlv1alpha1.ReasonGatewayConflict:
 		r.Recorder.Eventf(gw, nil, corev1.EventTypeWarning, eventGatewayConflict, "Apply", "%s", now.Message)
+	case crawlv1alpha1.ReasonGatewayApplyFailed:
+		r.Recorder.Eventf(gw, nil, corev1.EventTypeWarning, eventGatewayRefused, "Apply", "%s", now.Message)
 	}
 }
 

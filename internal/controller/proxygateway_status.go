@@ -16,6 +16,9 @@ type gatewayObservation struct {
 	// conflict names an object the gateway needs that another owner holds;
 	// empty when there is none.
 	conflict string
+	// refused is the API server's refusal of an object the gateway needs,
+	// as the apply step wrapped it; empty when every object was applied.
+	refused string
 	// deployment is the gateway's Deployment as last read; nil before it
 	// exists.
 	deployment *appsv1.Deployment
@@ -45,6 +48,13 @@ func computeGatewayStatus(gw *crawlv1alpha1.ProxyGateway, obs gatewayObservation
 	switch {
 	case obs.conflict != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, crawlv1alpha1.ReasonGatewayConflict, obs.conflict
+	case obs.refused != "":
+		cond.Status, cond.Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonGatewayApplyFailed
+		cond.Message = "The API server refused an object of the gateway: " + obs.refused +
+			". Change what it names (an admission policy, a quota, the operator's RBAC); the operator tries again."
+		if len(obs.missingPools) > 0 {
+			cond.Message += fmt.Sprintf(" ProxyPools not found in namespace %s: %s.", gw.Namespace, strings.Join(obs.missingPools, ", "))
+		}
 	case obs.members == 0:
 		cond.Status, cond.Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonNoMembers
 		cond.Message = fmt.Sprintf("No Serving member in pools %s; the gateway answers 503 until one serves.", strings.Join(gw.Spec.Pools, ", "))

@@ -42,6 +42,9 @@ func TestComputeGatewayStatus(t *testing.T) {
 		{name: "conflict", reason: "a foreign object wins over everything: it blocks the gateway",
 			obs: gatewayObservation{deployment: ready(2, 2), members: 3, conflict: "Service front-gateway exists"}, want: "False/GatewayConflict",
 			wantMsg: "Service front-gateway exists"},
+		{name: "refused", reason: "an object the API refused is said with the API's words, and a missing pool too, rather than an empty status",
+			obs: gatewayObservation{members: 0, missingPools: []string{"b"}, refused: "creating the Deployment front-gateway: denied by require-limits"}, want: "False/ApplyFailed",
+			wantMsg: "The API server refused an object of the gateway: creating the Deployment front-gateway: denied by require-limits. Change what it names (an admission policy, a quota, the operator's RBAC); the operator tries again. ProxyPools not found in namespace crawlers: b."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := computeGatewayStatus(gw, tc.obs, now)
