@@ -202,8 +202,8 @@ func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Dep
 // Default resources of a gateway container, sized from measurements
 // (docs/gateway.md, "Memory"): every table a client feeds full takes about
 // 60 MiB (TestClientFedTablesStayUnderTheirBound), the default cap of 8192
-// connections as idle tunnels about 90 MiB, the runtime and watches some
-// 30 MiB; the rest of the limit is for plain requests in flight and the
+// connections as idle tunnels about 58 MiB (7.3 KiB each, docs/performance.md);
+// the rest of the limit is for busy transfers, the runtime and the
 // collector's headroom. No CPU limit: a throttled gateway delays every
 // crawler's requests, and the request reserves its share.
 var (

@@ -43,9 +43,10 @@ import (
 //
 // Each replica keeps its own bans (a replica learns a ban from the answers
 // it sees and the reports it gets). Every table a client feeds is bounded
-// (maxBanKeys entries of fixed-size keys and a host of at most maxHostLen
-// bytes, copied out of the request), forgets the oldest entry first when
-// full, and sheds entries that are over as it is written to.
+// (maxBanKeys entries of fixed-size keys: a host, validated to at most
+// maxHostLen bytes first, is kept as its keyOf, never as a string),
+// forgets the oldest entry first when full, and sheds entries that are
+// over as it is written to.
 
 // Defaults of the bans' zero values in Config.
 const (
@@ -133,12 +134,12 @@ type reporters struct {
 
 // banTable is a replica's bans, safe for concurrent use.
 type banTable struct {
-	mu       sync.RWMutex
-	bans     *lru[banKey, ban]
-	perHost  map[hostKey]int // bans per host: most requests go to hosts without any
-	clients  *lru[clientBanKey, time.Time]
-	perHostC map[hostKey]int // clients' own bans per host
-	reports  *lru[reportKey, time.Time]
+	mu             sync.RWMutex
+	bans           *lru[banKey, ban]
+	perHost        map[hostKey]int // bans per host: most requests go to hosts without any
+	clients        *lru[clientBanKey, time.Time]
+	perHostClients map[hostKey]int // clients' own bans per host
+	reports        *lru[reportKey, time.Time]
 	// reporters count, per (member, host), the clients that reported it.
 	reporters *lru[banKey, *reporters]
 	// budgets are the clients' report rates.
@@ -151,10 +152,10 @@ type banTable struct {
 
 func newBanTable(size int) *banTable {
 	t := &banTable{bans: newLRU[banKey, ban](size), perHost: map[hostKey]int{}, clients: newLRU[clientBanKey, time.Time](size),
-		perHostC: map[hostKey]int{}, reports: newLRU[reportKey, time.Time](size), reporters: newLRU[banKey, *reporters](size),
+		perHostClients: map[hostKey]int{}, reports: newLRU[reportKey, time.Time](size), reporters: newLRU[banKey, *reporters](size),
 		budgets: newLRU[uint64, *bucket](min(size, maxReportClients))}
 	t.bans.onRemove = func(k banKey, _ ban) { uncount(t.perHost, k.host) }
-	t.clients.onRemove = func(k clientBanKey, _ time.Time) { uncount(t.perHostC, k.host) }
+	t.clients.onRemove = func(k clientBanKey, _ time.Time) { uncount(t.perHostClients, k.host) }
 	return t
 }
 
@@ -190,7 +191,7 @@ func (t *banTable) addReported(client uint64, m *Member, host string, now, until
 	ck := clientBanKey{client, m.id, hk}
 	if _, ok := t.clients.peek(ck); !ok {
 		t.clients.expire(func(_ clientBanKey, end time.Time) bool { return !now.Before(end) })
-		t.perHostC[hk]++
+		t.perHostClients[hk]++
 	}
 	t.clients.put(ck, until)
 	k := banKey{m.id, hk}
@@ -229,7 +230,7 @@ func (t *banTable) allowed(candidates []*Member, client uint64, host string, now
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	hk := keyOf(host)
-	if t.perHost[hk] == 0 && t.adminHosts[hk] == 0 && t.perHostC[hk] == 0 {
+	if t.perHost[hk] == 0 && t.adminHosts[hk] == 0 && t.perHostClients[hk] == 0 {
 		return candidates, time.Time{}
 	}
 	var out []*Member
@@ -277,14 +278,7 @@ func (t *banTable) firstReport(client, session uint64, host string, now, until t
 func (t *banTable) spend(client uint64, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b, ok := t.budgets.get(client)
-	if !ok {
-		full := time.Duration(reportBurst / reportRate * float64(time.Second))
-		t.budgets.expire(func(_ uint64, b *bucket) bool { return now.Sub(b.at) >= full })
-		b = &bucket{tokens: reportBurst, at: now}
-		t.budgets.put(client, b)
-	}
-	ok, _ = b.take(reportRate, reportBurst, now)
+	ok, _ := takeFrom(t.budgets, client, reportRate, reportBurst, now)
 	return ok
 }
 

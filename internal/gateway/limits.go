@@ -173,17 +173,21 @@ func newRateLimiter(rate float64, burst int) *rateLimiter {
 func (r *rateLimiter) take(member uint64, host string, now time.Time) (bool, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := rateKey{member, keyOf(host)}
-	b, ok := r.buckets.get(k)
+	return takeFrom(r.buckets, rateKey{member, keyOf(host)}, r.rate, r.burst, now)
+}
+
+// takeFrom spends a token of k's bucket in c at now, making a full one for
+// a key it does not hold. Buckets idle long enough to be full again are
+// forgotten first: they hold nothing a fresh bucket would not.
+func takeFrom[K comparable](c *lru[K, *bucket], k K, rate, burst float64, now time.Time) (bool, time.Duration) {
+	b, ok := c.get(k)
 	if !ok {
-		// Pairs idle long enough to be full again are forgotten first:
-		// they hold nothing a fresh bucket would not.
-		full := time.Duration(r.burst / r.rate * float64(time.Second))
-		r.buckets.expire(func(_ rateKey, b *bucket) bool { return now.Sub(b.at) >= full })
-		b = &bucket{tokens: r.burst, at: now}
-		r.buckets.put(k, b)
+		full := time.Duration(burst / rate * float64(time.Second))
+		c.expire(func(_ K, b *bucket) bool { return now.Sub(b.at) >= full })
+		b = &bucket{tokens: burst, at: now}
+		c.put(k, b)
 	}
-	return b.take(r.rate, r.burst, now)
+	return b.take(rate, burst, now)
 }
 
 // take spends a token at now, refilling at rate up to burst: false, with
