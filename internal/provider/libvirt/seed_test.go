@@ -81,8 +81,11 @@ func TestSeedReleasedOnceConsumed(t *testing.T) {
 			// The leases are read at most once per poll interval, and a
 			// release that failed is retried at the next Get (a guest
 			// without an OS can keep the tray from opening while its
-			// firmware waits for the medium: ejectSeedDrive).
-			poll.UntilPaced(t, time.Minute, func() (bool, string) {
+			// firmware waits for the medium: ejectSeedDrive), after a
+			// backoff that may reach maxEjectBackoff: the bound leaves
+			// room for a few of those (one minute was seen too short in a
+			// loaded CI run).
+			poll.UntilPaced(t, 3*maxEjectBackoff, func() (bool, string) {
 				inst, err := p.Get(ctxT(t), id)
 				if err != nil || inst.State != provider.StateRunning {
 					return false, fmt.Sprintf("Get with a lease = %+v, %v; want Running", inst, err)
