@@ -165,7 +165,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	if adminLn != nil {
 		running++
 		go func() {
-			err := forwardproxy.Serve(adminCtx, adminLn, setup.AdminHandler(reg), setup.AdminDrain)
+			err := forwardproxy.ServeWith(adminCtx, adminLn, setup.AdminHandler(reg), setup.AdminServeOptions)
 			if err != nil {
 				err = fmt.Errorf("proxy: serving --admin-listen %s: %w", o.adminListen, err)
 			}

@@ -464,6 +464,10 @@ func (c *prefixConn) refused() {
 	}
 }
 
+// authenticated passes the admission of the connection's client on to
+// the connection under the prefix.
+func (c *prefixConn) authenticated() { markAuthenticated(c.Conn) }
+
 func (c *prefixConn) Read(b []byte) (int, error) {
 	c.mu.Lock()
 	if len(c.prefix) > 0 {

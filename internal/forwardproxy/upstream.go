@@ -167,6 +167,7 @@ func (p *Proxy) authorizeHTTP(w http.ResponseWriter, r **http.Request, x *exchan
 		x.refuseWith(w, ref)
 		return false
 	}
+	markAuthenticated(x.conn)
 	*r = (*r).WithContext(ctx)
 	return true
 }
@@ -179,6 +180,7 @@ func (p *Proxy) authorizeConn(ctx *context.Context, c net.Conn, proxyAuthorizati
 		x.refuseConn(c, ref)
 		return false
 	}
+	markAuthenticated(c)
 	*ctx = next
 	return true
 }

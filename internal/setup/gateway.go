@@ -32,6 +32,24 @@ import (
 // /readyz, /metrics), whose requests are short.
 const AdminDrain = 5 * time.Second
 
+// AdminServeOptions are the limits of a proxy or gateway pod's admin
+// server, apart from its client port's so that no client can starve the
+// kubelet's probes: its requests are short, so each connection serves one
+// request and closes, a slow client has a few seconds, and the few slots
+// it has go first to whoever sends a request (the oldest silent
+// connection makes room for a new one; docs/security.md).
+var AdminServeOptions = forwardproxy.ServeOptions{
+	Drain:                       AdminDrain,
+	ReadHeaderTimeout:           2 * time.Second,
+	WriteTimeout:                10 * time.Second,
+	DisableKeepAlives:           true,
+	MaxConnections:              64,
+	MaxConnectionsPerSource:     16,
+	MaxUnauthenticated:          32,
+	MaxUnauthenticatedPerSource: 8,
+	FirstRequestTimeout:         2 * time.Second,
+}
+
 // GatewayClients are the API clients of a gateway replica: the member
 // watch's (Core) and the administrator's bans watch's (Dynamic), both as
 // the gateway's ServiceAccount in a pod.
@@ -83,6 +101,10 @@ type gatewayOptions struct {
 	idleTimeout         time.Duration
 	maxConcurrent       int
 	maxConnections      int
+	maxPerSource        int
+	maxUnauth           int
+	maxUnauthPerSource  int
+	firstRequest        time.Duration
 	readHeader          time.Duration
 	maxAttempts         int
 	ejectAfter          int
@@ -119,6 +141,10 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
 	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
+	fs.IntVar(&o.maxPerSource, "max-connections-per-source", forwardproxy.DefaultMaxConnectionsPerSource, "Client connections one client address holds at once; more get 503 and are closed.")
+	fs.IntVar(&o.maxUnauth, "max-unauthenticated", forwardproxy.DefaultMaxUnauthenticated, "Client connections whose first request is not admitted yet; past it the oldest of them is closed.")
+	fs.IntVar(&o.maxUnauthPerSource, "max-unauthenticated-per-source", forwardproxy.DefaultMaxUnauthenticatedPerSource, "Such connections of one client address; more get 503 and are closed.")
+	fs.DurationVar(&o.firstRequest, "first-request-timeout", forwardproxy.DefaultFirstRequestTimeout, "A client connection whose first request is not admitted (read, credentials checked) that long after it opened is closed.")
 	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
 	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
 	fs.IntVar(&o.ejectAfter, "eject-after", gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
@@ -259,7 +285,9 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
 	results := make(chan error, 2)
 	go func() {
-		err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections})
+		err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections,
+			MaxConnectionsPerSource: o.maxPerSource, MaxUnauthenticated: o.maxUnauth, MaxUnauthenticatedPerSource: o.maxUnauthPerSource,
+			FirstRequestTimeout: o.firstRequest})
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --listen %s: %w", o.listen, err)
 		}
@@ -267,7 +295,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 		results <- err
 	}()
 	go func() {
-		err := forwardproxy.Serve(adminCtx, adminLn, gatewayAdminHandler(reg, set), AdminDrain)
+		err := forwardproxy.ServeWith(adminCtx, adminLn, gatewayAdminHandler(reg, set), AdminServeOptions)
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --admin-listen %s: %w", o.adminListen, err)
 		}
