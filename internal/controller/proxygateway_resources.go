@@ -2,6 +2,7 @@ package controller
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -261,9 +263,51 @@ func gatewayStrategy(gw *crawlv1alpha1.ProxyGateway) crawlv1alpha1.GatewayStrate
 	return gw.Spec.Strategy
 }
 
+// gatewayMetricsNamespace is the namespace whose pods may scrape a
+// gateway's admin port when its spec names no metrics peers: where
+// kube-prometheus and most monitoring stacks run.
+const gatewayMetricsNamespace = "monitoring"
+
+// gatewayNetworkPolicy admits the proxy port from the gateway's clients and
+// the admin port from its scrapers, and nothing else (#38 item 4): no pod
+// of another namespace can flood or scrape a gateway it was not given.
+// Egress stays open: the members are wherever the pools put them.
+func gatewayNetworkPolicy(gw *crawlv1alpha1.ProxyGateway) *networkingv1.NetworkPolicy {
+	var np crawlv1alpha1.GatewayNetworkPolicy
+	if gw.Spec.NetworkPolicy != nil {
+		np = *gw.Spec.NetworkPolicy
+	}
+	clients := slices.Clone(np.Clients)
+	if len(clients) == 0 {
+		// An empty namespaceSelector would mean every namespace: the
+		// gateway's own is a podSelector alone.
+		clients = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+	}
+	for _, r := range gw.Spec.AllowedSourceRanges {
+		clients = append(clients, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r}})
+	}
+	metrics := np.Metrics
+	if len(metrics) == 0 {
+		metrics = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelMetadataName: gatewayMetricsNamespace}}}}
+	}
+	tcp := corev1.ProtocolTCP
+	port := func(p intstr.IntOrString) []networkingv1.NetworkPolicyPort {
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+	}
+	return &networkingv1.NetworkPolicy{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: gatewayPodLabels(gw)},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{
+			{Ports: port(intstr.FromInt32(gatewayPort(gw))), From: clients},
+			{Ports: port(intstr.FromInt32(gatewayAdminPort)), From: metrics},
+		},
+	}}
+}
+
 // gatewayObjects are the kinds of the gateway's objects that the reconciler
 // reads through the cache.
 func gatewayObjects() []client.Object {
 	return []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
-		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
+		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &networkingv1.NetworkPolicy{}}
 }
