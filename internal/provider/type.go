@@ -1,7 +1,9 @@
 package provider
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -42,7 +44,9 @@ type Type struct {
 	Cache func(entries []*config.Entry) map[client.Object]cache.ByObject
 }
 
-// Deps are what a provider constructor may use, given by the operator's setup.
+// Deps are what a provider constructor may use, given by the operator's
+// setup. It is the one dependency struct of every type: a constructor takes
+// the entry and Deps, never a copy of them of its own.
 type Deps struct {
 	// Client is the manager's client: reads from its cache, writes to the
 	// API server.
@@ -64,6 +68,37 @@ type Deps struct {
 	// Entries may share a host or a cluster: an instance signed for
 	// another of them is that entry's, not a sign of a lost key.
 	Entries []string
+	// Now is the clock; nil means time.Now. Tests set it to move a
+	// provider's time without waiting.
+	Now func() time.Time
+}
+
+// Clock returns Now, or time.Now when it is nil.
+func (d Deps) Clock() func() time.Time {
+	if d.Now == nil {
+		return time.Now
+	}
+	return d.Now
+}
+
+// BlockOf checks what the constructor of a type that signs its instances
+// needs, an entry with a *B block and an ownership identity, and returns the
+// block. kind names the type in errors ("proxmox provider").
+func BlockOf[B any, PB interface {
+	*B
+	config.Block
+}](kind string, e *config.Entry, d Deps) (PB, error) {
+	if e == nil {
+		return nil, errors.New(kind + ": no entry")
+	}
+	b, ok := e.Block.(PB)
+	if !ok || b == nil {
+		return nil, fmt.Errorf("%s %q: block is %T, want %T", kind, e.Name, e.Block, b)
+	}
+	if d.Ownership == nil {
+		return nil, fmt.Errorf("%s %q: no ownership identity to sign and verify marks with", kind, e.Name)
+	}
+	return b, nil
 }
 
 // Types is a list of provider types.

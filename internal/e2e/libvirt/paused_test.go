@@ -84,7 +84,7 @@ func TestPausedLibvirtdHoldsOnlyItsEntry(t *testing.T) {
 	kvm2 := pausedKVM2Entry(t, l, deadline)
 	cfg := &config.Config{Providers: []config.Entry{sim.Config.Providers[0], kvm2}}
 	identity := ownershiptest.Identity("libvirt-e2e")
-	lp, err := libvirt.New(libvirt.Options{Ownership: identity, Entry: &cfg.Providers[1]})
+	lp, err := libvirt.New(&cfg.Providers[1], provider.Deps{Ownership: identity})
 	if err != nil {
 		t.Fatal(err)
 	}

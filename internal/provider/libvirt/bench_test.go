@@ -36,7 +36,7 @@ func BenchmarkKVM2Resync(b *testing.B) {
 	// 32 MiB is enough for a BIOS that finds nothing to boot, and lets a
 	// small machine hold hundreds of domains.
 	e.MachineTypes["small"] = config.MachineType{Name: "small", Cores: 1, MemoryMiB: 32}
-	p, err := New(Options{Ownership: testIdentity, Entry: e})
+	p, err := New(e, provider.Deps{Ownership: testIdentity})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func BenchmarkKVM2RealGuest(b *testing.B) {
 	blk := blockOf(b, e)
 	blk.Images = map[string]Image{"debian": {Volume: l.BaseImageVolume, Kernel: l.Kernel, Initrd: l.Initrd, Cmdline: l.KernelCmdline}}
 	blk.Budgets.PollInterval = &metav1.Duration{Duration: time.Second}
-	p, err := New(Options{Ownership: testIdentity, Entry: e})
+	p, err := New(e, provider.Deps{Ownership: testIdentity})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -146,7 +146,7 @@ func (h *contractHarness) CopyMark(t *testing.T, from provider.ID) provider.ID {
 // OtherInstallation is a provider of the same entry for another
 // installation.
 func (h *contractHarness) OtherInstallation(t *testing.T) provider.Provider {
-	p, err := New(Options{Ownership: ownershiptest.Identity("other-installation"), Entry: h.entry})
+	p, err := New(h.entry, provider.Deps{Ownership: ownershiptest.Identity("other-installation")})
 	if err != nil {
 		t.Fatal(err)
 	}

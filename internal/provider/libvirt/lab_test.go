@@ -95,7 +95,7 @@ var testIdentity = ownershiptest.Identity("libvirt-tests")
 
 func newProvider(t *testing.T, e *config.Entry) *Provider {
 	t.Helper()
-	p, err := New(Options{Ownership: testIdentity, Entry: e, Entries: []string{e.Name, providertest.SiblingEntry}})
+	p, err := New(e, provider.Deps{Ownership: testIdentity, Entries: []string{e.Name, providertest.SiblingEntry}})
 	if err != nil {
 		t.Fatal(err)
 	}

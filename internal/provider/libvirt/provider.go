@@ -19,32 +19,12 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/sharedread"
 )
 
-// Options build a Provider.
-type Options struct {
-	// Entry is the configured entry; its Block is a *Block and its Type is
-	// TypeKVM2 or TypeKVM.
-	Entry *config.Entry
-	// Log receives the warning about disabled host key verification; the
-	// zero value discards it.
-	Log logr.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Ownership is the installation's identity, which signs the mark of
-	// every domain the provider defines; only domains whose mark it
-	// verifies are the provider's. Required.
-	Ownership *ownership.Identity
-	// Entries are the configuration's entry names (provider.Deps.Entries):
-	// a mark signed for another entry of this installation is not counted
-	// as unverified.
-	Entries []string
-}
-
 // Provider runs proxies as libvirt domains on a set of hosts reached over
 // SSH. It serves both kvm2 (libvirt RPC) and kvm (virsh); only its driver
 // differs.
 type Provider struct {
 	ident *ownership.Identity
-	// entries are the configuration's entry names (Options.Entries).
+	// entries are the configuration's entry names (provider.Deps.Entries).
 	entries []string
 	entry   *config.Entry
 	block   *Block
@@ -95,37 +75,29 @@ var (
 	_ provider.UnverifiedLister = (*Provider)(nil)
 )
 
-// New builds the provider of an entry. It contacts nothing.
-func New(o Options) (*Provider, error) {
-	if o.Entry == nil {
-		return nil, errors.New("libvirt provider: no entry")
-	}
-	b, ok := o.Entry.Block.(*Block)
-	if !ok || b == nil {
-		return nil, fmt.Errorf("libvirt provider %q: block is %T, want *libvirt.Block", o.Entry.Name, o.Entry.Block)
-	}
-	if o.Ownership == nil {
-		return nil, fmt.Errorf("libvirt provider %q: no ownership identity to sign and verify marks with", o.Entry.Name)
+// New builds the provider of an entry, whose Block is a *Block and whose
+// Type is TypeKVM2 or TypeKVM. It contacts nothing. d.Log receives the
+// warning about disabled host key verification; d.Ownership is required.
+func New(e *config.Entry, d provider.Deps) (*Provider, error) {
+	b, err := provider.BlockOf[Block]("libvirt provider", e, d)
+	if err != nil {
+		return nil, err
 	}
 	var drv driver
-	switch o.Entry.Type {
+	switch e.Type {
 	case TypeKVM2:
 		drv = newRPCDriver(b)
 	case TypeKVM:
 		drv = newShellDriver(b)
 	default:
-		return nil, fmt.Errorf("libvirt provider %q: type %q is neither %s nor %s", o.Entry.Name, o.Entry.Type, TypeKVM2, TypeKVM)
+		return nil, fmt.Errorf("libvirt provider %q: type %q is neither %s nor %s", e.Name, e.Type, TypeKVM2, TypeKVM)
 	}
 	if b.InsecureIgnoreHostKey {
-		o.Log.Info("WARNING: SSH host key verification is disabled (insecureIgnoreHostKey): anyone on the path to the hosts can impersonate them and receive the proxies' credentials; give knownHostsFile instead",
-			"provider", o.Entry.Name)
-	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
+		d.Log.Info("WARNING: SSH host key verification is disabled (insecureIgnoreHostKey): anyone on the path to the hosts can impersonate them and receive the proxies' credentials; give knownHostsFile instead",
+			"provider", e.Name)
 	}
 	return &Provider{
-		ident: o.Ownership, entries: o.Entries, entry: o.Entry, block: b, drv: drv, now: now,
+		ident: d.Ownership, entries: d.Entries, entry: e, block: b, drv: drv, now: d.Clock(),
 		listings: map[string]*sharedread.Read[[]domainInfo]{},
 		facts:    map[string]factsEntry{}, addrs: map[string]addrEntry{}, leases: map[string]leaseEntry{},
 		started: map[string]bool{}, pools: map[string]poolFacts{}, shutdowns: map[string]time.Time{}, leaseLocks: map[string]*sync.Mutex{},

@@ -20,7 +20,7 @@ func providerType(name string) provider.Type {
 		Engine:   published.EngineTinyproxy,
 		NewBlock: func() config.Block { return &Block{} },
 		New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
-			return New(Options{Entry: e, Log: d.Log, Ownership: d.Ownership, Entries: d.Entries})
+			return New(e, d)
 		},
 	}
 }

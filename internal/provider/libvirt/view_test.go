@@ -144,7 +144,7 @@ func newViewProvider(t *testing.T, names ...string) (*Provider, *fakeHost, func(
 		},
 	}
 	var offset atomic.Int64
-	p, err := New(Options{Ownership: testIdentity, Entry: e, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	p, err := New(e, provider.Deps{Ownership: testIdentity, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}

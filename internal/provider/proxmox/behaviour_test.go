@@ -209,7 +209,7 @@ func TestCheckReasonsOfTheReference(t *testing.T) {
 	b.APIURL = "https://" + closed
 	e := *h.entry
 	e.Block = &b
-	p, err := New(Options{Ownership: testIdentity, Entry: &e})
+	p, err := New(&e, provider.Deps{Ownership: testIdentity})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func (c *contractHarness) CopyMark(t *testing.T, from provider.ID) provider.ID {
 // OtherInstallation is a provider of the same entry for another
 // installation, with its own key.
 func (c *contractHarness) OtherInstallation(t *testing.T) provider.Provider {
-	p, err := New(Options{Ownership: ownershiptest.Identity("other-installation"), Entry: c.h.entry})
+	p, err := New(c.h.entry, provider.Deps{Ownership: ownershiptest.Identity("other-installation")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -153,7 +153,7 @@ func newHarnessYAML(t *testing.T, extra string, mod func(*Block)) *harness {
 // instance is what an operator restart looks like.
 func (h *harness) provider() *Provider {
 	h.t.Helper()
-	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Entries: []string{h.entry.Name, providertest.SiblingEntry}})
+	p, err := New(h.entry, provider.Deps{Ownership: testIdentity, Entries: []string{h.entry.Name, providertest.SiblingEntry}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func (h realHost) provider(t *testing.T) *Provider {
 	}
 	entry := &config.Entry{Name: "integration", Type: TypeName, Zones: []string{"test"}, Images: []string{"test"},
 		MachineTypes: map[string]config.MachineType{"small": {Name: "small", Cores: 1, MemoryMiB: 512}}, Block: block}
-	p, err := New(Options{Ownership: testIdentity, Entry: entry})
+	p, err := New(entry, provider.Deps{Ownership: testIdentity})
 	if err != nil {
 		t.Fatal(err)
 	}

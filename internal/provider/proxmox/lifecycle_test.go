@@ -343,7 +343,7 @@ func TestSweepRemovesOnlyLeftoverSeedsOfOurs(t *testing.T) {
 		t.Errorf("ISOs after a sweep within the grace period (-want +got):\n%s", diff)
 	}
 
-	late, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(seedGrace + time.Minute) }})
+	late, err := New(h.entry, provider.Deps{Ownership: testIdentity, Now: func() time.Time { return time.Now().Add(seedGrace + time.Minute) }})
 	if err != nil {
 		t.Fatal(err)
 	}

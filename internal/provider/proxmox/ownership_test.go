@@ -34,7 +34,7 @@ func TestListByTagStaysInsideTheEntrysRangeAndNodes(t *testing.T) {
 			c.mod(&b)
 			e := *h.entry
 			e.Block = &b
-			p, err := New(Options{Ownership: testIdentity, Entry: &e})
+			p, err := New(&e, provider.Deps{Ownership: testIdentity})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -21,29 +21,10 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/sharedread"
 )
 
-// Options build a Provider.
-type Options struct {
-	// Entry is the configured entry; its Block is a *Block.
-	Entry *config.Entry
-	// Log receives the warning about disabled TLS verification; the zero
-	// value discards it. Calls log through the logger of their context.
-	Log logr.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Ownership is the installation's identity, which signs the mark of
-	// every VM the provider clones; only VMs whose mark it verifies are
-	// the provider's. Required.
-	Ownership *ownership.Identity
-	// Entries are the configuration's entry names (provider.Deps.Entries):
-	// a mark signed for another entry of this installation is not counted
-	// as unverified.
-	Entries []string
-}
-
 // Provider runs proxies as Proxmox VE VMs.
 type Provider struct {
 	ident *ownership.Identity
-	// entries are the configuration's entry names (Options.Entries).
+	// entries are the configuration's entry names (provider.Deps.Entries).
 	entries []string
 	entry   *config.Entry
 	block   *Block
@@ -173,28 +154,20 @@ var (
 	_ provider.Checker  = (*Provider)(nil)
 )
 
-// New builds the provider of an entry. It contacts nothing.
-func New(o Options) (*Provider, error) {
-	if o.Entry == nil {
-		return nil, errors.New("proxmox provider: no entry")
-	}
-	b, ok := o.Entry.Block.(*Block)
-	if !ok || b == nil {
-		return nil, fmt.Errorf("proxmox provider %q: block is %T, want *Block", o.Entry.Name, o.Entry.Block)
-	}
-	if o.Ownership == nil {
-		return nil, fmt.Errorf("proxmox provider %q: no ownership identity to sign and verify marks with", o.Entry.Name)
+// New builds the provider of an entry, whose Block is a *Block. It
+// contacts nothing. d.Log receives the warning about disabled TLS
+// verification; d.Ownership is required.
+func New(e *config.Entry, d provider.Deps) (*Provider, error) {
+	b, err := provider.BlockOf[Block]("proxmox provider", e, d)
+	if err != nil {
+		return nil, err
 	}
 	if b.InsecureSkipTLSVerify {
-		o.Log.Info("TLS verification of the Proxmox API is disabled (insecureSkipTLSVerify); give caFile instead", "provider", o.Entry.Name)
-	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
+		d.Log.Info("TLS verification of the Proxmox API is disabled (insecureSkipTLSVerify); give caFile instead", "provider", e.Name)
 	}
 	lo, hi := b.VMIDs()
 	p := &Provider{
-		ident: o.Ownership, entries: o.Entries, entry: o.Entry, block: b, now: now, lo: lo, hi: hi,
+		ident: d.Ownership, entries: d.Entries, entry: e, block: b, now: d.Clock(), lo: lo, hi: hi,
 		api:     newClient(b.APIURL, b.TokenFile, b.CAFile, b.InsecureSkipTLSVerify),
 		nodeVMs: map[string]*sharedread.Read[[]NodeVM]{},
 		marks:   map[int]markEntry{}, addrs: map[int]addrEntry{},

@@ -376,7 +376,7 @@ func TestAPIEconomy(t *testing.T) {
 	// The provider's clock runs ahead of the wall clock by skew, so that a
 	// resync round can move past the listing's cache without sleeping.
 	var skew atomic.Int64
-	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
+	p, err := New(h.entry, provider.Deps{Ownership: testIdentity, Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +601,7 @@ func TestCheckReasons(t *testing.T) {
 			}
 			e := *h.entry
 			e.Block = &b
-			p, err := New(Options{Ownership: testIdentity, Entry: &e})
+			p, err := New(&e, provider.Deps{Ownership: testIdentity})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -676,7 +676,7 @@ func TestCAFileLoadedLazily(t *testing.T) {
 	b.CAFile = filepath.Join(t.TempDir(), "later.pem")
 	e := *h.entry
 	e.Block = &b
-	p, err := New(Options{Ownership: testIdentity, Entry: &e})
+	p, err := New(&e, provider.Deps{Ownership: testIdentity})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +697,7 @@ func TestCAFileLoadedLazily(t *testing.T) {
 	}
 	e2 := *h.entry
 	e2.Block = &b2
-	p2, err := New(Options{Ownership: testIdentity, Entry: &e2})
+	p2, err := New(&e2, provider.Deps{Ownership: testIdentity})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,6 @@ var Type = provider.Type{
 	Engine:   published.EngineTinyproxy,
 	NewBlock: func() config.Block { return &Block{} },
 	New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
-		return New(Options{Entry: e, Log: d.Log, Ownership: d.Ownership, Entries: d.Entries})
+		return New(e, d)
 	},
 }

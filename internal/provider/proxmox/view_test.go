@@ -28,7 +28,7 @@ func clockedProvider(t *testing.T) (*harness, *Provider, func(time.Duration)) {
 	t.Helper()
 	h := newHarness(t, func(b *Block) { b.Budgets.PollInterval = durationPtr(viewPoll) })
 	var offset atomic.Int64
-	p, err := New(Options{Ownership: testIdentity, Entry: h.entry, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
+	p, err := New(h.entry, provider.Deps{Ownership: testIdentity, Now: func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
