@@ -22,8 +22,9 @@ type plan struct {
 }
 
 func (p *Provider) planFor(req provider.Request) (plan, error) {
-	if req.Name == "" || req.OwnerUID == "" {
-		return plan{}, provider.NewPermanent(errors.New("the request has no instance name or owner uid"), "report this operator bug")
+	img, mt, err := provider.Catalogued(p.entry, p.block.Images, req, "base volume", "add the image's volume to the entry")
+	if err != nil {
+		return plan{}, err
 	}
 	if strings.ContainsAny(req.Name, "/\\\x00 \t\n") {
 		return plan{}, provider.NewPermanent(fmt.Errorf("instance name %q cannot name a domain", req.Name), "report this operator bug")
@@ -31,14 +32,6 @@ func (p *Provider) planFor(req provider.Request) (plan, error) {
 	hosts := p.block.HostsIn(req.Zone)
 	if len(hosts) == 0 {
 		return plan{}, provider.NewPermanent(fmt.Errorf("zone %q has no hosts", req.Zone), "add a host of the zone to the entry")
-	}
-	img, ok := p.block.Images[req.Image]
-	if !ok {
-		return plan{}, provider.NewPermanent(fmt.Errorf("image %q has no base volume", req.Image), "add the image's volume to the entry")
-	}
-	mt, ok := p.entry.MachineTypes[req.MachineType]
-	if !ok {
-		return plan{}, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "use a machine type of the entry")
 	}
 	return plan{req: req, hosts: hosts, image: img, mt: mt}, nil
 }
@@ -55,13 +48,9 @@ type found struct {
 // of: define (with the mark), disk, seed, start. It returns InProgress
 // after each step and the ID once the domain runs.
 func (p *Provider) Create(ctx context.Context, req provider.Request) (provider.ID, error) {
-	pl, err := p.planFor(req)
+	pl, unlock, err := provider.Begin(ctx, &p.names, req, p.planFor)
 	if err != nil {
 		return "", err
-	}
-	unlock, err := p.names.Lock(ctx, req.Name)
-	if err != nil {
-		return "", provider.NewTransient(err)
 	}
 	defer unlock()
 

@@ -24,7 +24,7 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	}
 	unlock, err := p.names.Lock(ctx, name)
 	if err != nil {
-		return provider.NewTransient(err)
+		return err
 	}
 	defer unlock()
 	list, err := p.listing(ctx, h, p.now())

@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
-	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/sharedread"
@@ -30,7 +29,7 @@ type Provider struct {
 	block   *Block
 	drv     driver
 	now     func() time.Time
-	names   keyedlock.Locker
+	names   provider.Names
 
 	cmu      sync.Mutex
 	listings map[string]*sharedread.Read[[]domainInfo] // by host name

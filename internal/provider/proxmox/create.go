@@ -43,24 +43,13 @@ type plan struct {
 }
 
 func (p *Provider) planFor(req provider.Request) (plan, error) {
-	if req.Name == "" {
-		// Create step 1 (docs/proxmox-behaviour.md): an empty name would match nameless mid-clone entries.
-		return plan{}, provider.NewPermanent(errors.New("the request has no instance name"), "report this operator bug")
-	}
-	if req.OwnerUID == "" {
-		return plan{}, provider.NewPermanent(errors.New("the request has no owner uid"), "report this operator bug")
+	img, mt, err := provider.Catalogued(p.entry, p.block.Images, req, "template", "add the image's templateVMID to the proxmox block")
+	if err != nil {
+		return plan{}, err
 	}
 	z, ok := p.block.Zones[req.Zone]
 	if !ok || len(z.Nodes) == 0 {
 		return plan{}, provider.NewPermanent(fmt.Errorf("zone %q has no nodes", req.Zone), "add the zone's nodes to the proxmox block")
-	}
-	img, ok := p.block.Images[req.Image]
-	if !ok {
-		return plan{}, provider.NewPermanent(fmt.Errorf("image %q has no template", req.Image), "add the image's templateVMID to the proxmox block")
-	}
-	mt, ok := p.entry.MachineTypes[req.MachineType]
-	if !ok {
-		return plan{}, provider.NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "use a machine type of the entry")
 	}
 	node := z.Nodes[hash64(req.OwnerUID, req.Name)%uint64(len(z.Nodes))]
 	return plan{req: req, node: node, template: img.TemplateVMID, mt: mt}, nil
@@ -89,14 +78,10 @@ func vanishedMidway(err error) error {
 }
 
 func (p *Provider) create(ctx context.Context, req provider.Request) (provider.ID, error) {
-	pl, err := p.planFor(req)
+	// Create steps 1 to 3 (docs/proxmox-behaviour.md): plan, then serialise on the name.
+	pl, unlock, err := provider.Begin(ctx, &p.names, req, p.planFor)
 	if err != nil {
 		return "", err
-	}
-	// Create step 3 (docs/proxmox-behaviour.md): serialise on the name.
-	unlock, err := p.names.Lock(ctx, req.Name)
-	if err != nil {
-		return "", provider.NewTransient(err)
 	}
 	defer unlock()
 	if err := p.checkPending(ctx, req.Name); err != nil {

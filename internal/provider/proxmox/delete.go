@@ -27,7 +27,7 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 	}
 	unlock, err := p.names.Lock(ctx, name)
 	if err != nil {
-		return provider.NewTransient(err)
+		return err
 	}
 	defer unlock()
 	p.mu.Lock()

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
-	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/sharedread"
@@ -31,7 +30,7 @@ type Provider struct {
 	api     *client
 	now     func() time.Time
 	lo, hi  int
-	names   keyedlock.Locker
+	names   provider.Names
 
 	// The shared reads: the cluster-wide listing and, by node, the node
 	// listings (views), each serving every Get that can use it for a poll
