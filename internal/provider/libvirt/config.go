@@ -292,16 +292,9 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("vlanTag"), b.VLANTag, fmt.Sprintf("must be between 1 and %d", vlanMax)))
 	}
 	imp := p.Child("images")
-	for _, im := range e.Images {
-		if _, ok := b.Images[im]; !ok {
-			errs = append(errs, field.Required(imp.Key(im), "every catalogue image needs a base volume: {volume: debian-12.qcow2}"))
-		}
-	}
+	errs = append(errs, config.ValidateCatalogueKeys(imp, b.Images, e.Images, "every catalogue image needs a base volume: {volume: debian-12.qcow2}")...)
 	for _, im := range slices.Sorted(maps.Keys(b.Images)) {
 		ip := imp.Key(im)
-		if !slices.Contains(e.Images, im) {
-			errs = append(errs, field.NotSupported(ip, im, e.Images))
-		}
 		img := b.Images[im]
 		errs = append(errs, validateObjectName(ip.Child("volume"), img.Volume, true)...)
 		for name, v := range map[string]string{"kernel": img.Kernel, "initrd": img.Initrd} {
@@ -336,14 +329,9 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 	if b.SerialLogDir != "" && !path.IsAbs(b.SerialLogDir) {
 		errs = append(errs, field.Invalid(p.Child("serialLogDir"), b.SerialLogDir, "an absolute path on the host"))
 	}
-	bp := p.Child("budgets")
-	for name, d := range map[string]*metav1.Duration{
+	errs = append(errs, config.ValidateBudgets(p.Child("budgets"), map[string]*metav1.Duration{
 		"pollInterval": b.Budgets.PollInterval, "running": b.Budgets.Running, "dial": b.Budgets.Dial, "keepalive": b.Budgets.Keepalive, "shutdown": b.Budgets.Shutdown,
-	} {
-		if d != nil && d.Duration < 0 {
-			errs = append(errs, field.Invalid(bp.Child(name), d.Duration.String(), "must not be negative"))
-		}
-	}
+	})...)
 	return errs
 }
 

@@ -153,16 +153,9 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 	var errs field.ErrorList
 	errs = append(errs, b.validateAPI(path)...)
 	zp := path.Child("zones")
-	for _, z := range e.Zones {
-		if _, ok := b.Zones[z]; !ok {
-			errs = append(errs, field.Required(zp.Key(z), "every catalogue zone needs its nodes: {nodes: [pve1]}"))
-		}
-	}
+	errs = append(errs, config.ValidateCatalogueKeys(zp, b.Zones, e.Zones, "every catalogue zone needs its nodes: {nodes: [pve1]}")...)
 	for _, z := range slices.Sorted(maps.Keys(b.Zones)) {
 		p := zp.Key(z)
-		if !slices.Contains(e.Zones, z) {
-			errs = append(errs, field.NotSupported(p, z, e.Zones))
-		}
 		if len(b.Zones[z].Nodes) == 0 {
 			errs = append(errs, field.Required(p.Child("nodes"), "at least one node"))
 		}
@@ -176,16 +169,9 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 		}
 	}
 	ip := path.Child("images")
-	for _, im := range e.Images {
-		if _, ok := b.Images[im]; !ok {
-			errs = append(errs, field.Required(ip.Key(im), "every catalogue image needs a template: {templateVMID: 9000}"))
-		}
-	}
+	errs = append(errs, config.ValidateCatalogueKeys(ip, b.Images, e.Images, "every catalogue image needs a template: {templateVMID: 9000}")...)
 	for _, im := range slices.Sorted(maps.Keys(b.Images)) {
 		p := ip.Key(im)
-		if !slices.Contains(e.Images, im) {
-			errs = append(errs, field.NotSupported(p, im, e.Images))
-		}
 		if v := b.Images[im].TemplateVMID; v < vmidLowest || v > vmidHighest {
 			errs = append(errs, field.Invalid(p.Child("templateVMID"), v, fmt.Sprintf("must be between %d and %d", vmidLowest, vmidHighest)))
 		}
@@ -221,12 +207,9 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 			}
 		}
 	}
-	bp := path.Child("budgets")
-	for name, d := range map[string]*metav1.Duration{"pollInterval": b.Budgets.PollInterval, "clone": b.Budgets.Clone, "running": b.Budgets.Running} {
-		if d != nil && d.Duration < 0 {
-			errs = append(errs, field.Invalid(bp.Child(name), d.Duration.String(), "must not be negative"))
-		}
-	}
+	errs = append(errs, config.ValidateBudgets(path.Child("budgets"), map[string]*metav1.Duration{
+		"pollInterval": b.Budgets.PollInterval, "clone": b.Budgets.Clone, "running": b.Budgets.Running,
+	})...)
 	return errs
 }
 
