@@ -144,6 +144,8 @@ type Proxy struct {
 	// tunnelHeaders are the CONNECT header fields the Upstream reads
 	// (TunnelHeaderReader), canonical names.
 	tunnelHeaders []string
+	// describeError renders a request's error for the access log.
+	describeError func(error) string
 }
 
 // New checks cfg and builds a Proxy.
@@ -167,13 +169,14 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("forwardproxy: the Proxy-Status name %q is not a token", cfg.ProxyStatus)
 	}
 	p := &Proxy{
-		egress:      newEgress(cfg.Egress),
-		resolver:    cfg.Resolver,
-		dialTimeout: cfg.DialTimeout,
-		idleTimeout: cfg.IdleTimeout,
-		metrics:     cfg.Metrics,
-		access:      cfg.AccessLog,
-		proxyStatus: cfg.ProxyStatus,
+		egress:        newEgress(cfg.Egress),
+		resolver:      cfg.Resolver,
+		dialTimeout:   cfg.DialTimeout,
+		idleTimeout:   cfg.IdleTimeout,
+		metrics:       cfg.Metrics,
+		access:        cfg.AccessLog,
+		proxyStatus:   cfg.ProxyStatus,
+		describeError: func(err error) string { return err.Error() },
 	}
 	if p.access.GetSink() == nil {
 		p.access = cfg.Log.V(1)
@@ -483,7 +486,7 @@ func (p *Proxy) finish(x *exchange) {
 			"method", x.verb, "destination", x.host, "status", x.status,
 			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d.String()}
 		if x.err != nil {
-			kv = append(kv, "error", x.err.Error())
+			kv = append(kv, "error", p.describeError(x.err))
 		}
 		x.fieldsMu.Lock()
 		kv = append(kv, x.fields...)

@@ -38,6 +38,16 @@ type Upstream interface {
 	DialTunnel(ctx context.Context, target string) (net.Conn, error)
 }
 
+// ErrorDescriber is an Upstream whose errors may name what the access log
+// must not (a gateway's member addresses, which a dial or read error names):
+// the log's error field is DescribeError's text in place of the error's
+// own. It applies to every error of a request through the Upstream, the
+// tunnel's relay included.
+type ErrorDescriber interface {
+	Upstream
+	DescribeError(err error) string
+}
+
 // TunnelHeaderReader is an Upstream that reads header fields of a CONNECT
 // request besides Proxy-Authorization (a gateway's session header): Serve's
 // strict parser keeps the values of the fields TunnelHeaders names, and
@@ -199,6 +209,9 @@ func (p *Proxy) useUpstream(u Upstream) {
 	}
 	p.upstream = u
 	p.forwarder.Transport = u
+	if d, ok := u.(ErrorDescriber); ok {
+		p.describeError = d.DescribeError
+	}
 	if r, ok := u.(TunnelHeaderReader); ok {
 		for _, name := range r.TunnelHeaders() {
 			p.tunnelHeaders = append(p.tunnelHeaders, http.CanonicalHeaderKey(name))
