@@ -18,7 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
@@ -43,11 +45,16 @@ func publish(t *testing.T, cs *fake.Clientset, members ...gateway.Entry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Secrets("crawlers").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
+	// The pool controller's labels and controller reference, without
+	// which the gateway ignores the list.
+	meta := metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies",
+		Labels:          map[string]string{published.LabelManagedBy: published.ManagedBy, crawlv1alpha1.LabelPool: "crawl"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: crawlv1alpha1.GroupVersion.String(), Kind: "ProxyPool", Name: "crawl", UID: "uid-of-crawl", Controller: ptr.To(true)}}}
+	if _, err := cs.CoreV1().Secrets("crawlers").Create(t.Context(), &corev1.Secret{ObjectMeta: meta,
 		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
+	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: meta},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
