@@ -380,22 +380,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.finish(x)
 		}
 	}()
-	switch {
-	case !sourceAllowed(p.ranges, r.RemoteAddr):
-		x.refuseWith(w, refuseSource)
-	case r.Method == http.MethodConnect:
+	if r.Method == http.MethodConnect {
 		// Serve reads a CONNECT that opens a connection with its own
 		// parser; this one net/http read, after another request on the
-		// connection or under another server.
+		// connection or under another server. It is admitted once it is
+		// known to be a well-formed CONNECT.
 		p.serveLateConnect(w, r, x)
-	case !p.authorizeHTTP(w, &r, x): //nolint:contextcheck // it takes the request's context from r and gives r a new one.
-		// Refused and answered.
-	case !p.acquire():
-		x.refuseWith(w, refuseFull)
-	default:
-		defer p.release()
-		p.forward(w, r, x)
+		return
 	}
+	ctx, ref, ok := p.admit(r.Context(), x.conn, r.Header.Get("Proxy-Authorization"), x)
+	if !ok {
+		x.refuseWith(w, ref)
+		return
+	}
+	defer p.release()
+	p.forward(w, r.WithContext(ctx), x)
 }
 
 // authenticate checks a request's Proxy-Authorization value, if the Proxy
