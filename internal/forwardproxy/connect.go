@@ -119,12 +119,11 @@ func (p *Proxy) openConnect(ctx context.Context, c net.Conn, h connectHead, earl
 // drained before it is closed.
 const lingerTimeout = 500 * time.Millisecond
 
-// refuseConn writes r on c as a complete response that closes the
-// connection, and closes it. Bytes the client sent after its request are
+// refuseConn writes the answer of r on c, raw, as a complete response, and
+// closes c. Bytes the client sent after its request are
 // read and dropped for a moment first: closing a socket with unread bytes
 // sends a reset, which can destroy the answer before the client reads it.
 func (x *exchange) refuseConn(c net.Conn, r refusal) {
-	x.status = r.code
 	body := r.msg + "\n"
 	b := make([]byte, 0, 256+len(body))
 	b = append(b, "HTTP/1.1 "...)
@@ -132,13 +131,10 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 	b = append(b, ' ')
 	b = append(b, http.StatusText(r.code)...)
 	b = append(b, "\r\n"...)
-	if r.key != "" {
-		b = append(b, r.key+": "+r.value+"\r\n"...)
+	for _, f := range x.answer(r) {
+		b = append(b, f[0]+": "+f[1]+"\r\n"...)
 	}
-	if ps := proxyStatus(x.proxyStatus, r); ps != "" {
-		b = append(b, ProxyStatusHeader+": "+ps+"\r\n"...)
-	}
-	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\nContent-Length: "...)
+	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n\r\n"...)
 	b = append(b, body...)

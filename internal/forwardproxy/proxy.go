@@ -334,24 +334,40 @@ type refusal struct {
 	proxyError string
 }
 
-// refuseWith answers r through w and ends the connection: every answer the
-// proxy gives itself, rather than relays, closes it (Connection: close), so
-// that a client that is refused, without credentials for one, cannot keep a
-// connection slot with keep-alive. Under Serve the slot is given back as
-// soon as the answer is written (see countedConn).
-func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
+// answer records r as the exchange's status and returns the header fields
+// of its answer besides the framing, in the order they are written: the one
+// place that decides what a refusal says, whichever connection it goes to
+// (refuseWith, refuseConn). Every answer the proxy gives itself, rather
+// than relays, closes its connection (Connection: close), so that a client
+// that is refused, without credentials for one, cannot keep a connection
+// slot with keep-alive.
+func (x *exchange) answer(r refusal) [][2]string {
 	x.status = r.code
+	fields := make([][2]string, 0, 5)
 	if r.key != "" {
-		w.Header().Set(r.key, r.value)
+		fields = append(fields, [2]string{r.key, r.value})
 	}
 	if ps := proxyStatus(x.proxyStatus, r); ps != "" {
-		w.Header().Set(ProxyStatusHeader, ps)
+		fields = append(fields, [2]string{ProxyStatusHeader, ps})
 	}
-	w.Header().Set("Connection", "close")
+	return append(fields, [2]string{"Content-Type", "text/plain; charset=utf-8"}, [2]string{"X-Content-Type-Options", "nosniff"},
+		[2]string{"Connection", "close"})
+}
+
+// refuseWith writes the answer of r through net/http's w. Under Serve the
+// connection's slot is given back as soon as the answer is written (see
+// countedConn).
+func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
+	h := w.Header()
+	h.Del("Content-Length")
+	for _, f := range x.answer(r) {
+		h.Set(f[0], f[1])
+	}
 	if c, ok := x.conn.(refusedConn); ok {
 		c.refused()
 	}
-	http.Error(w, r.msg, r.code)
+	w.WriteHeader(r.code)
+	_, _ = io.WriteString(w, r.msg+"\n")
 }
 
 // The refusals that both paths of a request give.
