@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
@@ -184,7 +185,7 @@ func startDemoGateway(ctx context.Context, restCfg *rest.Config, ns, pool string
 		return nil, err
 	}
 	pass := rand.Text()
-	environ := map[string]string{gateway.EnvUsername: demoGatewayUser, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
+	environ := map[string]string{published.EnvGatewayUsername: demoGatewayUser, published.EnvGatewayPassword: pass, published.EnvPodNamespace: ns}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + pool, "--drain=1s"}
 	ctx, cancel := context.WithCancel(ctx)
 	r, wait, err := setup.StartGateway(ctx, args, setup.GatewayEnv{

@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
@@ -84,7 +85,7 @@ func TestSilentConnectionsLeaveClientsServed(t *testing.T) {
 	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	getenv := envOf(map[string]string{published.EnvGatewayUsername: "ugw", published.EnvGatewayPassword: "gateway-password-123456", published.EnvPodNamespace: "crawlers"})
 	const (
 		maxConnections  = 300
 		unauthenticated = 40

@@ -79,7 +79,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	// The default level, as the operator's binary logs.
 	logs := &logbuf.Buffer{}
 	log := logs.Logger(0)
-	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	getenv := envOf(map[string]string{published.EnvGatewayUsername: "ugw", published.EnvGatewayPassword: "gateway-password-123456", published.EnvPodNamespace: "crawlers"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	readyCalled := make(chan GatewayReplica, 1)
@@ -147,7 +147,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 // a replica that never ran.
 func TestRunGatewayRefuses(t *testing.T) {
 	none := func() (GatewayClients, error) { return GatewayClients{Core: fake.NewClientset()}, nil }
-	creds := map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}
+	creds := map[string]string{published.EnvPodNamespace: "ns", published.EnvGatewayUsername: "u", published.EnvGatewayPassword: "p"}
 	for _, tc := range []struct {
 		reason string
 		args   []string
@@ -155,10 +155,10 @@ func TestRunGatewayRefuses(t *testing.T) {
 		want   string // in the error
 	}{
 		{"no pools", nil, creds, "--pools"},
-		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{gateway.EnvNamespace: "ns"}, "open gateway"},
+		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{published.EnvPodNamespace: "ns"}, "open gateway"},
 		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, creds, "fastest"},
-		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{gateway.EnvNamespace: "ns"}, "--allowed-source-ranges"},
-		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{gateway.EnvNamespace: "ns"}, "open gateway"},
+		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{published.EnvPodNamespace: "ns"}, "--allowed-source-ranges"},
+		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{published.EnvPodNamespace: "ns"}, "open gateway"},
 		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, creds, "too-many"},
 		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, creds, "502"},
 		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, creds, "no status code"},
@@ -188,7 +188,7 @@ func TestRunGatewayRecordsEjections(t *testing.T) {
 	publish(t, cs, gateway.Entry{Name: "crawl-dead", URL: "http://umember:member-password-123456@" + deadAddr})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	getenv := envOf(map[string]string{published.EnvGatewayUsername: "ugw", published.EnvGatewayPassword: "gateway-password-123456", published.EnvPodNamespace: "crawlers"})
 	a, wait, err := StartGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s",
 		"--eject-after", "2", "--max-attempts", "1"},
 		GatewayEnv{Getenv: getenv, Clients: func() (GatewayClients, error) { return GatewayClients{Core: cs}, nil }, Log: logr.Discard()})
