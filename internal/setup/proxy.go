@@ -1,4 +1,4 @@
-package main
+package setup
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
-	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // Environment variables that carry the proxy's credentials when
@@ -52,17 +51,27 @@ type proxyOptions struct {
 	accessLog      bool
 }
 
-// runProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
-// the proxy pods, until ctx is done; then it drains and returns nil. args
-// are the arguments after "proxy"; getenv reads the environment (os.Getenv).
-func runProxy(ctx context.Context, args []string, getenv func(string) string, log logr.Logger) error {
-	return serveProxy(ctx, args, getenv, log, nil)
+// ProxyEnv is what a proxy pod's forward proxy takes from where it runs,
+// beside its flags.
+type ProxyEnv struct {
+	// Getenv reads the environment (os.Getenv in a pod): the credentials
+	// when --credentials-dir is not set, and the Kubernetes Service
+	// address that the proxy refuses as a destination.
+	Getenv func(string) string
+	// Log is the proxy's logger.
+	Log logr.Logger
+	// Ready, when set, is called with the proxy's and the admin server's
+	// addresses once both listen (tests listen on port 0 and learn the
+	// ports there; admin is nil when --admin-listen=0).
+	Ready func(proxy, admin net.Addr)
 }
 
-// serveProxy is runProxy; ready, when not nil, is called with the proxy's
-// and the admin server's addresses once both listen (tests listen on port
-// 0 and learn the ports there).
-func serveProxy(ctx context.Context, args []string, getenv func(string) string, log logr.Logger, ready func(proxy, admin net.Addr)) error {
+// RunProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
+// the proxy pods, until ctx is done; then it drains and returns nil. args
+// are the arguments after "proxy". It is wired here, beside RunGateway, so
+// that the binary and the tests run the same wiring.
+func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
+	getenv, log, ready := env.Getenv, env.Log, env.Ready
 	var o proxyOptions
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -165,7 +174,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	if adminLn != nil {
 		running++
 		go func() {
-			err := forwardproxy.ServeWith(adminCtx, adminLn, setup.AdminHandler(reg), setup.AdminServeOptions)
+			err := forwardproxy.ServeWith(adminCtx, adminLn, AdminHandler(reg), AdminServeOptions)
 			if err != nil {
 				err = fmt.Errorf("proxy: serving --admin-listen %s: %w", o.adminListen, err)
 			}
