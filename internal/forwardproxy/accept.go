@@ -218,7 +218,7 @@ func (s *connServer) serveConn(c net.Conn) {
 		putHeadReader(hr)
 		_ = c.SetDeadline(time.Time{})
 		if s.unsetFresh(c, false) {
-			s.handOff(&prefixConn{Conn: c, prefix: prefix})
+			s.handOff(newPrefixConn(c, prefix))
 		}
 		return
 	}

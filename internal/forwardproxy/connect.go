@@ -3,13 +3,11 @@ package forwardproxy
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -151,11 +149,26 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 }
 
 // prefixConn is a connection handed to net/http: its reads return first
-// the bytes read while looking at the first request.
+// the bytes read while looking at the first request. A tunnel (a CONNECT
+// after another request) may splice its socket once those were read, never
+// before (RelayConn.Ahead).
 type prefixConn struct {
-	net.Conn
+	RelayConn
 	mu     sync.Mutex
 	prefix []byte
+}
+
+func newPrefixConn(c net.Conn, prefix []byte) *prefixConn {
+	pc := &prefixConn{prefix: prefix}
+	pc.RelayConn = RelayConn{Conn: c, Ahead: pc.pending}
+	return pc
+}
+
+// pending reports whether prefix bytes are still to be read.
+func (c *prefixConn) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.prefix) > 0
 }
 
 // refused bounds what is left of a refused connection: net/http reads the
@@ -186,48 +199,9 @@ func (c *prefixConn) Read(b []byte) (int, error) {
 	return c.Conn.Read(b)
 }
 
-// ReadFrom writes r's bytes with the connection's own ReadFrom: net/http's
-// response writer hands it a plain answer's body read from an origin's
-// socket (statusWriter.ReadFrom), which the *net.TCPConn under it splices.
-// Without it net/http would copy them through a buffer. The prefix is a
-// read's business only.
-func (c *prefixConn) ReadFrom(r io.Reader) (int64, error) { return readFromWith(c.Conn, r) }
-
 // The connections Serve hands to net/http keep the socket's ReadFrom, which
 // is how a plain answer's bulk reaches splice(2).
 var (
 	_ io.ReaderFrom = (*prefixConn)(nil)
 	_ io.ReaderFrom = (*countedConn)(nil)
 )
-
-// CloseWrite shuts the write half of the connection, for tunnels.
-func (c *prefixConn) CloseWrite() error {
-	if cw, ok := c.Conn.(closeWriter); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-// NetConn returns the connection under the prefix once the prefix was
-// read, for a tunnel that splices it (a CONNECT after another request);
-// nil before, since reading the socket itself would skip the prefix.
-func (c *prefixConn) NetConn() net.Conn {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.prefix) > 0 {
-		return nil
-	}
-	return c.Conn
-}
-
-// SyscallConn gives tunnels the raw connection once the prefix was read:
-// a raw read before would skip it.
-func (c *prefixConn) SyscallConn() (syscall.RawConn, error) {
-	c.mu.Lock()
-	pending := len(c.prefix) > 0
-	c.mu.Unlock()
-	if sc, ok := c.Conn.(syscall.Conn); ok && !pending {
-		return sc.SyscallConn()
-	}
-	return nil, errors.ErrUnsupported
-}
