@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,12 +100,7 @@ type gatewayOptions struct {
 	dialTimeout         time.Duration
 	idleTimeout         time.Duration
 	maxConcurrent       int
-	maxConnections      int
-	maxPerSource        int
-	maxUnauth           int
-	maxUnauthPerSource  int
-	firstRequest        time.Duration
-	readHeader          time.Duration
+	serve               *forwardproxy.ServeOptions
 	maxAttempts         int
 	ejectAfter          int
 	ejectFor            time.Duration
@@ -141,12 +135,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
-	fs.IntVar(&o.maxPerSource, "max-connections-per-source", forwardproxy.DefaultMaxConnectionsPerSource, "Client connections one client address holds at once; more get 503 and are closed.")
-	fs.IntVar(&o.maxUnauth, "max-unauthenticated", forwardproxy.DefaultMaxUnauthenticated, "Client connections whose first request is not admitted yet; past it the oldest of them is closed.")
-	fs.IntVar(&o.maxUnauthPerSource, "max-unauthenticated-per-source", forwardproxy.DefaultMaxUnauthenticatedPerSource, "Such connections of one client address; more get 503 and are closed.")
-	fs.DurationVar(&o.firstRequest, "first-request-timeout", forwardproxy.DefaultFirstRequestTimeout, "A client connection whose first request is not admitted (read, credentials checked) that long after it opened is closed.")
-	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
+	o.serve = serveFlags(fs)
 	fs.IntVar(&o.maxAttempts, published.GatewayFlagMaxAttempts, gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
 	fs.IntVar(&o.ejectAfter, published.GatewayFlagEjectAfter, gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
 	fs.DurationVar(&o.ejectFor, published.GatewayFlagEjectFor, gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
@@ -155,16 +144,11 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	fs.StringVar(&o.banStatuses, published.GatewayFlagBanStatuses, "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
 	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
 	fs.DurationVar(&o.banFor, published.GatewayFlagBanFor, gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator gateway --pools a,b [flags]")
-			fs.PrintDefaults()
-		}
-		return fmt.Errorf("gateway: %w", err)
+	if err := parseSubcommand(fs, args, "gateway --pools a,b [flags]"); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
+	if err := checkServeFlags(o.serve); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	var pools []string
 	for p := range strings.SplitSeq(o.pools, ",") {
@@ -286,9 +270,9 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
 	results := make(chan error, 2)
 	go func() {
-		err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections,
-			MaxConnectionsPerSource: o.maxPerSource, MaxUnauthenticated: o.maxUnauth, MaxUnauthenticatedPerSource: o.maxUnauthPerSource,
-			FirstRequestTimeout: o.firstRequest})
+		so := *o.serve
+		so.Drain = o.drain
+		err := forwardproxy.ServeWith(ctx, ln, p, so)
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --listen %s: %w", o.listen, err)
 		}

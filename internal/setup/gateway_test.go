@@ -57,12 +57,16 @@ func publish(t *testing.T, cs *fake.Clientset, members ...gateway.Entry) {
 // pool's published Secret, is ready only once it names a member, sends a
 // request through that member with the gateway's credentials, and stops
 // cleanly.
-func TestRunGatewayServesThePoolsMembers(t *testing.T) {
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "hello from the origin")
+// memberAndOrigin starts an origin that answers page and a member (our
+// forward proxy, user umember) that may reach it, both on loopback until
+// the test ends.
+func memberAndOrigin(t *testing.T, page string) (origin *httptest.Server, member net.Addr) {
+	t.Helper()
+	origin = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, page)
 	}))
 	t.Cleanup(origin.Close)
-	member, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
+	p, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
 		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,9 +75,15 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, stopMember := context.WithCancel(context.Background())
-	t.Cleanup(stopMember)
-	go func() { _ = forwardproxy.Serve(mctx, mln, member, 0) }()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = forwardproxy.Serve(ctx, mln, p, 0) }()
+	t.Cleanup(func() { stop(); <-done })
+	return origin, mln.Addr()
+}
+
+func TestRunGatewayServesThePoolsMembers(t *testing.T) {
+	origin, member := memberAndOrigin(t, "hello from the origin")
 
 	cs := fake.NewClientset()
 	// The default level, as the operator's binary logs.
@@ -103,7 +113,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	if got := readyz(); got != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without members: %d; want 503", got)
 	}
-	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()})
+	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + member.String()})
 	poll.Until(t, gatewayWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
 
 	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.Addr.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
@@ -162,6 +172,8 @@ func TestRunGatewayRefuses(t *testing.T) {
 		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, creds, "too-many"},
 		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, creds, "502"},
 		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, creds, "no status code"},
+		{"no room for a connection before it authenticates", []string{"--pools", "a", "--max-unauthenticated", "0"}, creds, "--max-unauthenticated"},
+		{"a negative first-request deadline", []string{"--pools", "a", "--first-request-timeout", "-1s"}, creds, "--first-request-timeout"},
 	} {
 		_, wait, err := StartGateway(t.Context(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"),
 			GatewayEnv{Getenv: envOf(tc.env), Clients: none, Log: logr.Discard()})

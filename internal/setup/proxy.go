@@ -45,8 +45,7 @@ type proxyOptions struct {
 	idleTimeout    time.Duration
 	egress         *egress.Flags
 	maxConcurrent  int
-	maxConnections int
-	readHeader     time.Duration
+	serve          *forwardproxy.ServeOptions
 	responseHeader time.Duration
 	accessLog      bool
 }
@@ -86,20 +85,11 @@ func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
 	o.egress = egress.BindFlags(fs)
 	fs.Lookup(egress.FlagDenyCIDRs).Usage += " The API server's Service address (" + envKubernetesServiceHost + ") always is."
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
-	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
+	o.serve = serveFlags(fs)
 	fs.DurationVar(&o.responseHeader, "response-header-timeout", forwardproxy.DefaultResponseHeaderTimeout, "Time an upstream server has to answer with its headers; 504 past it.")
 	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, user, destination, status, bytes, duration; never a credential); false: only at -v 1.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator proxy [flags]")
-			fs.PrintDefaults()
-		}
-		return fmt.Errorf("proxy: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("proxy: unexpected arguments %q", fs.Args())
+	if err := parseSubcommand(fs, args, "proxy [flags]"); err != nil {
+		return err
 	}
 	cfg, err := o.config(getenv)
 	if err != nil {
@@ -161,9 +151,9 @@ func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
 	stopLogging := context.AfterFunc(ctx, func() { log.Info("forward proxy shutting down", "drain", o.drain) })
 	defer stopLogging()
 	go func() {
-		err := forwardproxy.ServeWith(proxyCtx, proxyLn, p, forwardproxy.ServeOptions{
-			Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections,
-		})
+		so := *o.serve
+		so.Drain = o.drain
+		err := forwardproxy.ServeWith(proxyCtx, proxyLn, p, so)
 		if err != nil {
 			err = fmt.Errorf("proxy: serving --listen %s: %w", o.listen, err)
 		}
@@ -198,11 +188,16 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 		AllowOpen: o.allowOpen, DialTimeout: o.dialTimeout, IdleTimeout: o.idleTimeout,
 		ResponseHeaderTimeout: o.responseHeader, MaxConcurrent: o.maxConcurrent,
 	}
-	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 || o.readHeader < 0 || o.responseHeader < 0 {
-		return cfg, errors.New("--drain, --dial-timeout, --idle-timeout, --read-header-timeout and --response-header-timeout must not be negative")
+	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 || o.responseHeader < 0 {
+		return cfg, errors.New("--drain, --dial-timeout, --idle-timeout and --response-header-timeout must not be negative")
 	}
-	if o.maxConcurrent < 1 || o.maxConnections < 1 {
-		return cfg, errors.New("--max-concurrent and --max-connections must be at least 1")
+	if o.maxConcurrent < 1 {
+		return cfg, errors.New("--max-concurrent must be at least 1")
+	}
+	if o.serve != nil {
+		if err := checkServeFlags(o.serve); err != nil {
+			return cfg, err
+		}
 	}
 	var err error
 	if cfg.AllowedSourceRanges, err = egress.ParsePrefixes(o.allowedRanges); err != nil {
