@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -172,6 +173,31 @@ type ProxyGatewaySpec struct {
 	// +listMapKey=host
 	// +kubebuilder:validation:MaxItems=256
 	Bans []GatewayBan `json:"bans,omitempty"`
+
+	// networkPolicy says who may reach the gateway's pods: the operator
+	// renders a NetworkPolicy <gateway>-gateway that admits the proxy port
+	// from clients and the admin port (/healthz, /readyz, /metrics) from
+	// metrics, and nothing else. The node's own traffic (the kubelet's
+	// probes) is always admitted by Kubernetes. Without it, the clients
+	// are the pods of the gateway's namespace (and allowedSourceRanges),
+	// the scrapers the pods of the namespace named monitoring.
+	// +optional
+	NetworkPolicy *GatewayNetworkPolicy `json:"networkPolicy,omitempty"`
+}
+
+// GatewayNetworkPolicy are the peers admitted to a gateway's pods.
+type GatewayNetworkPolicy struct {
+	// clients may reach the proxy port. Empty: the pods of the gateway's
+	// own namespace. The ranges of allowedSourceRanges are always added
+	// as ipBlock peers. [{namespaceSelector: {}}] admits every namespace.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Clients []networkingv1.NetworkPolicyPeer `json:"clients,omitempty"`
+	// metrics may reach the admin port (/metrics for Prometheus). Empty:
+	// the pods of the namespace named monitoring.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Metrics []networkingv1.NetworkPolicyPeer `json:"metrics,omitempty"`
 }
 
 // GatewayBan keeps one member of a gateway away from one destination host

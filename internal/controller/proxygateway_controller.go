@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -68,6 +69,7 @@ type ProxyGatewayReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch,roleName=namespace-role
 // +kubebuilder:rbac:groups="",resources=services;serviceaccounts,verbs=get;list;watch;create;update;patch,roleName=namespace-role
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch,roleName=namespace-role
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;patch,roleName=namespace-role
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch,roleName=namespace-role
 
 // SetupWithManager registers the reconciler: it watches gateways, the
@@ -85,6 +87,7 @@ func (r *ProxyGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&crawlv1alpha1.ProxyPool{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPool)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.skipNameValidation}).
 		Named("proxygateway").
@@ -226,7 +229,7 @@ func (r *ProxyGatewayReconciler) applyAll(ctx context.Context, gw *crawlv1alpha1
 		obs.credentialsSecret = name
 	}
 	sa, role, rb := gatewayServiceAccount(gw), gatewayRole(gw), gatewayRoleBinding(gw)
-	svc, pdb, dep := gatewayService(gw), gatewayPDB(gw), gatewayDeployment(gw, r.Image)
+	svc, pdb, np, dep := gatewayService(gw), gatewayPDB(gw), gatewayNetworkPolicy(gw), gatewayDeployment(gw, r.Image)
 	steps := []struct {
 		kind    string
 		obj     client.Object
@@ -238,9 +241,17 @@ func (r *ProxyGatewayReconciler) applyAll(ctx context.Context, gw *crawlv1alpha1
 		{"RoleBinding", &rbacv1.RoleBinding{}, rb, nil},
 		{"Service", &corev1.Service{}, svc, nil},
 		{"PodDisruptionBudget", &policyv1.PodDisruptionBudget{}, pdb, nil},
+		// Before the pods, so that they never run unfenced.
+		{"NetworkPolicy", &networkingv1.NetworkPolicy{}, np, nil},
 		{"Deployment", &appsv1.Deployment{}, dep, nil},
 	}
 	for _, s := range steps {
+		if s.desired == dep && r.Image == "" {
+			// A Deployment without an image would be refused by the API
+			// server in words that do not say what to do.
+			obs.noImage = true
+			continue
+		}
 		s.obj.SetNamespace(gw.Namespace)
 		s.obj.SetName(s.desired.GetName())
 		mutate := s.mutate
@@ -282,6 +293,12 @@ func copyGatewaySpec(existing, desired client.Object) bool {
 		e.Spec.Type, e.Spec.Selector, e.Spec.Ports = d.Spec.Type, d.Spec.Selector, d.Spec.Ports
 	case *policyv1.PodDisruptionBudget:
 		d, _ := desired.(*policyv1.PodDisruptionBudget)
+		if equality.Semantic.DeepDerivative(d.Spec, e.Spec) {
+			return false
+		}
+		e.Spec = d.Spec
+	case *networkingv1.NetworkPolicy:
+		d, _ := desired.(*networkingv1.NetworkPolicy)
 		if equality.Semantic.DeepDerivative(d.Spec, e.Spec) {
 			return false
 		}

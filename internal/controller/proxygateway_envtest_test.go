@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -98,6 +99,29 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 			t.Errorf("%T %s: %v", obj, name, err)
 		}
 	}
+	// The pods are fenced (#38 item 4), and the fence follows the spec.
+	var np networkingv1.NetworkPolicy
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &np); err != nil {
+		t.Fatalf("the gateway's NetworkPolicy: %v", err)
+	}
+	if len(np.Spec.Ingress) != 2 || np.Spec.Ingress[0].Ports[0].Port.IntValue() != 3128 || np.Spec.Ingress[1].Ports[0].Port.IntValue() != 9090 ||
+		!metav1.IsControlledBy(&np, gw) {
+		t.Errorf("the gateway's NetworkPolicy: %+v; want the proxy and admin ports, controlled by the gateway", np)
+	}
+	every := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{}}
+	if err := k8s.Get(ctx, client.ObjectKeyFromObject(gw), gw); err != nil {
+		t.Fatal(err)
+	}
+	gw.Spec.NetworkPolicy = &crawlv1alpha1.GatewayNetworkPolicy{Clients: []networkingv1.NetworkPolicyPeer{every}}
+	if err := k8s.Update(ctx, gw); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &np); err != nil {
+			return false, err.Error()
+		}
+		return apiEqual(np.Spec.Ingress[0].From, []networkingv1.NetworkPolicyPeer{every}), fmt.Sprintf("clients %+v; want every namespace", np.Spec.Ingress[0].From)
+	})
 	var role rbacv1.Role
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &role); err != nil {
 		t.Fatal(err)

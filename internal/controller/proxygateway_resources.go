@@ -2,6 +2,7 @@ package controller
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
 
 // The gateway's objects, all named <gateway>-gateway except the credentials
@@ -136,20 +137,22 @@ func gatewayPDB(gw *crawlv1alpha1.ProxyGateway) *policyv1.PodDisruptionBudget {
 // gatewayDeployment runs image's gateway subcommand.
 func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Deployment {
 	port := gatewayPort(gw)
-	args := []string{"gateway", "--listen=:" + strconv.Itoa(int(port)), "--admin-listen=:" + strconv.Itoa(gatewayAdminPort),
-		"--pools=" + strings.Join(gw.Spec.Pools, ","), "--strategy=" + string(gatewayStrategy(gw)), "--gateway=" + gw.Name}
+	args := []string{"gateway", published.Flag(published.GatewayFlagListen, ":"+strconv.Itoa(int(port))),
+		published.Flag(published.GatewayFlagAdminListen, ":"+strconv.Itoa(gatewayAdminPort)),
+		published.Flag(published.GatewayFlagPools, strings.Join(gw.Spec.Pools, ",")),
+		published.Flag(published.GatewayFlagStrategy, string(gatewayStrategy(gw))), published.Flag(published.GatewayFlagGateway, gw.Name)}
 	if len(gw.Spec.AllowedSourceRanges) > 0 {
-		args = append(args, "--allowed-source-ranges="+strings.Join(gw.Spec.AllowedSourceRanges, ","))
+		args = append(args, published.Flag(published.GatewayFlagAllowedSourceRanges, strings.Join(gw.Spec.AllowedSourceRanges, ",")))
 	}
 	args = append(args, gatewayLimitArgs(gw)...)
-	env := []corev1.EnvVar{{Name: gateway.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
+	env := []corev1.EnvVar{{Name: published.EnvPodNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
 	if !gatewayAuthNone(gw) {
 		ref := func(key string) *corev1.EnvVarSource {
 			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: gatewayCredentialsName(gw.Name)}, Key: key}}
 		}
-		env = append(env, corev1.EnvVar{Name: gateway.EnvUsername, ValueFrom: ref(published.CredentialsKeyUsername)},
-			corev1.EnvVar{Name: gateway.EnvPassword, ValueFrom: ref(published.CredentialsKeyPassword)})
+		env = append(env, corev1.EnvVar{Name: published.EnvGatewayUsername, ValueFrom: ref(published.CredentialsKeyUsername)},
+			corev1.EnvVar{Name: published.EnvGatewayPassword, ValueFrom: ref(published.CredentialsKeyPassword)})
 	}
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
@@ -233,15 +236,15 @@ func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
 		value int32
 		unit  string
 	}{
-		{"--max-per-member", gw.Spec.MaxConcurrentPerMember, ""},
-		{"--member-host-requests-per-minute", gw.Spec.MemberHostRequestsPerMinute, ""},
-		{"--max-attempts", gw.Spec.MaxAttempts, ""},
-		{"--eject-after", gw.Spec.EjectAfter, ""},
-		{"--eject-for", gw.Spec.EjectSeconds, "s"},
-		{"--ban-for", gw.Spec.BanSeconds, "s"},
+		{published.GatewayFlagMaxPerMember, gw.Spec.MaxConcurrentPerMember, ""},
+		{published.GatewayFlagHostPerMinute, gw.Spec.MemberHostRequestsPerMinute, ""},
+		{published.GatewayFlagMaxAttempts, gw.Spec.MaxAttempts, ""},
+		{published.GatewayFlagEjectAfter, gw.Spec.EjectAfter, ""},
+		{published.GatewayFlagEjectFor, gw.Spec.EjectSeconds, "s"},
+		{published.GatewayFlagBanFor, gw.Spec.BanSeconds, "s"},
 	} {
 		if f.value > 0 {
-			args = append(args, f.flag+"="+strconv.Itoa(int(f.value))+f.unit)
+			args = append(args, published.FlagInt(f.flag, int(f.value), f.unit))
 		}
 	}
 	if len(gw.Spec.BanStatuses) > 0 {
@@ -249,7 +252,7 @@ func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
 		for _, c := range gw.Spec.BanStatuses {
 			codes = append(codes, strconv.Itoa(int(c)))
 		}
-		args = append(args, "--ban-statuses="+strings.Join(codes, ","))
+		args = append(args, published.Flag(published.GatewayFlagBanStatuses, strings.Join(codes, ",")))
 	}
 	return args
 }
@@ -261,9 +264,51 @@ func gatewayStrategy(gw *crawlv1alpha1.ProxyGateway) crawlv1alpha1.GatewayStrate
 	return gw.Spec.Strategy
 }
 
+// gatewayMetricsNamespace is the namespace whose pods may scrape a
+// gateway's admin port when its spec names no metrics peers: where
+// kube-prometheus and most monitoring stacks run.
+const gatewayMetricsNamespace = "monitoring"
+
+// gatewayNetworkPolicy admits the proxy port from the gateway's clients and
+// the admin port from its scrapers, and nothing else (#38 item 4): no pod
+// of another namespace can flood or scrape a gateway it was not given.
+// Egress stays open: the members are wherever the pools put them.
+func gatewayNetworkPolicy(gw *crawlv1alpha1.ProxyGateway) *networkingv1.NetworkPolicy {
+	var np crawlv1alpha1.GatewayNetworkPolicy
+	if gw.Spec.NetworkPolicy != nil {
+		np = *gw.Spec.NetworkPolicy
+	}
+	clients := slices.Clone(np.Clients)
+	if len(clients) == 0 {
+		// An empty namespaceSelector would mean every namespace: the
+		// gateway's own is a podSelector alone.
+		clients = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+	}
+	for _, r := range gw.Spec.AllowedSourceRanges {
+		clients = append(clients, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: r}})
+	}
+	metrics := np.Metrics
+	if len(metrics) == 0 {
+		metrics = []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+			MatchLabels: map[string]string{corev1.LabelMetadataName: gatewayMetricsNamespace}}}}
+	}
+	tcp := corev1.ProtocolTCP
+	port := func(p intstr.IntOrString) []networkingv1.NetworkPolicyPort {
+		return []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &p}}
+	}
+	return &networkingv1.NetworkPolicy{ObjectMeta: gatewayMeta(gw, gatewayObjectName(gw.Name)), Spec: networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: gatewayPodLabels(gw)},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{
+			{Ports: port(intstr.FromInt32(gatewayPort(gw))), From: clients},
+			{Ports: port(intstr.FromInt32(gatewayAdminPort)), From: metrics},
+		},
+	}}
+}
+
 // gatewayObjects are the kinds of the gateway's objects that the reconciler
 // reads through the cache.
 func gatewayObjects() []client.Object {
 	return []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
-		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
+		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &networkingv1.NetworkPolicy{}}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -45,6 +46,9 @@ func TestComputeGatewayStatus(t *testing.T) {
 		{name: "refused", reason: "an object the API refused is said with the API's words, and a missing pool too, rather than an empty status",
 			obs: gatewayObservation{members: 0, missingPools: []string{"b"}, refused: "creating the Deployment front-gateway: denied by require-limits"}, want: "False/ApplyFailed",
 			wantMsg: "The API server refused an object of the gateway: creating the Deployment front-gateway: denied by require-limits. Change what it names (an admission policy, a quota, the operator's RBAC); the operator tries again. ProxyPools not found in namespace crawlers: b."},
+		{name: "no image", reason: "an operator without an image for the pods says so, not the API server's words about an empty field",
+			obs: gatewayObservation{members: 2, noImage: true}, want: "False/ApplyFailed",
+			wantMsg: "The operator has no image to run the gateway's pods: it was started without --proxy-image (or $OPERATOR_IMAGE, which config/default and the chart set). Every other object of the gateway is made; restart the operator with its image."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := computeGatewayStatus(gw, tc.obs, now)
@@ -130,6 +134,59 @@ func TestGatewayResources(t *testing.T) {
 		got := []string{strings.Join(requests, " "), limit, soft}
 		if diff := cmp.Diff([]string{tc.wantRequests, tc.wantLimit, tc.wantGOMEMLIMT}, got); diff != "" {
 			t.Errorf("%s: requests, memory limit, GOMEMLIMIT (-want +got):\n%s", tc.reason, diff)
+		}
+	}
+}
+
+// TestGatewayNetworkPolicy: who reaches a gateway's ports (#38 item 4),
+// each ingress rule written as "port <- peers".
+func TestGatewayNetworkPolicy(t *testing.T) {
+	crawlers := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "crawl"}}}
+	prom := networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "observability"}}}
+	for _, tc := range []struct {
+		reason string
+		spec   crawlv1alpha1.ProxyGatewaySpec
+		want   []string
+	}{{
+		reason: "unset: the gateway's own namespace for clients, the monitoring namespace for the admin port",
+		spec:   crawlv1alpha1.ProxyGatewaySpec{},
+		want:   []string{"3128 <- pods{}", "9090 <- ns{kubernetes.io/metadata.name=monitoring}"},
+	}, {
+		reason: "allowedSourceRanges are admitted too, as ipBlocks",
+		spec:   crawlv1alpha1.ProxyGatewaySpec{AllowedSourceRanges: []string{"198.51.100.0/24"}, Port: 8080},
+		want:   []string{"8080 <- pods{} ip{198.51.100.0/24}", "9090 <- ns{kubernetes.io/metadata.name=monitoring}"},
+	}, {
+		reason: "named clients and scrapers replace the defaults",
+		spec: crawlv1alpha1.ProxyGatewaySpec{NetworkPolicy: &crawlv1alpha1.GatewayNetworkPolicy{
+			Clients: []networkingv1.NetworkPolicyPeer{crawlers}, Metrics: []networkingv1.NetworkPolicyPeer{prom}}},
+		want: []string{"3128 <- ns{team=crawl}", "9090 <- ns{kubernetes.io/metadata.name=observability}"},
+	}} {
+		tc.spec.Pools = []string{"crawl"}
+		gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "crawl", Name: "gw"}, Spec: tc.spec}
+		np := gatewayNetworkPolicy(gw)
+		var got []string
+		for _, rule := range np.Spec.Ingress {
+			peers := []string{}
+			for _, p := range rule.From {
+				switch {
+				case p.IPBlock != nil:
+					peers = append(peers, "ip{"+p.IPBlock.CIDR+"}")
+				case p.NamespaceSelector != nil:
+					peers = append(peers, "ns{"+metav1.FormatLabelSelector(p.NamespaceSelector)+"}")
+				case p.PodSelector != nil:
+					peers = append(peers, "pods{"+strings.TrimPrefix(metav1.FormatLabelSelector(p.PodSelector), "<none>")+"}")
+				}
+			}
+			got = append(got, rule.Ports[0].Port.String()+" <- "+strings.Join(peers, " "))
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%s: ingress (-want +got):\n%s", tc.reason, diff)
+		}
+		if diff := cmp.Diff(gatewayPodLabels(gw), np.Spec.PodSelector.MatchLabels); diff != "" {
+			t.Errorf("%s: the policy selects (-want +got):\n%s", tc.reason, diff)
+		}
+		if diff := cmp.Diff([]networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes); diff != "" {
+			t.Errorf("%s: policy types (-want +got):\n%s", tc.reason, diff)
 		}
 	}
 }

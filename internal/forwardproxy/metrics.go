@@ -38,8 +38,19 @@ type Metrics struct {
 	// ActiveConnections is the number of requests being forwarded and
 	// CONNECT tunnels open now.
 	ActiveConnections prometheus.Gauge
+	// ConnectionsRefused counts the client connections that Serve's
+	// admission refused or closed before their first request was
+	// admitted, by cause (RefusedLimit, RefusedSourceLimit, ...).
+	ConnectionsRefused *prometheus.CounterVec
 
 	up, down prometheus.Counter
+}
+
+// connectionRefused counts a connection refused by admission; m may be nil.
+func (m *Metrics) connectionRefused(cause string) {
+	if m != nil {
+		m.ConnectionsRefused.WithLabelValues(cause).Inc()
+	}
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -66,8 +77,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name:      "forward_active_connections",
 			Help:      "Requests being forwarded and CONNECT tunnels open now.",
 		}),
+		ConnectionsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace,
+			Name:      "forward_connections_refused_total",
+			Help:      "Client connections refused or closed before their first request was admitted, by cause (limit, source-limit, unauthenticated-source-limit, unauthenticated-evicted, first-request-timeout).",
+		}, []string{"cause"}),
 	}
-	for _, c := range []prometheus.Collector{m.Requests, m.RequestDuration, m.Bytes, m.ActiveConnections} {
+	for _, c := range []prometheus.Collector{m.Requests, m.RequestDuration, m.Bytes, m.ActiveConnections, m.ConnectionsRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -7,10 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -72,6 +69,50 @@ type ServeOptions struct {
 	// included; a connection past it is answered 503 and closed before
 	// anything is read from it. Zero means DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerSource caps the connections of one client address,
+	// as MaxConnections does the server's; zero means
+	// DefaultMaxConnectionsPerSource.
+	MaxConnectionsPerSource int
+	// MaxUnauthenticated caps the connections whose first request is not
+	// admitted yet; past it the oldest of them is closed to make room.
+	// Zero means DefaultMaxUnauthenticated.
+	MaxUnauthenticated int
+	// MaxUnauthenticatedPerSource caps those of one client address; a new
+	// one past it is answered 503. Zero means
+	// DefaultMaxUnauthenticatedPerSource.
+	MaxUnauthenticatedPerSource int
+	// FirstRequestTimeout closes a connection whose first request is not
+	// admitted that long after its accept; zero means
+	// DefaultFirstRequestTimeout.
+	FirstRequestTimeout time.Duration
+	// DisableKeepAlives closes each connection after its first request,
+	// for an admin server: a probe or a scrape then holds a slot only
+	// while it is answered.
+	DisableKeepAlives bool
+	// WriteTimeout, when set, bounds writing a response (an admin
+	// server's; a proxy streams bodies for as long as they last).
+	WriteTimeout time.Duration
+}
+
+// admission returns o's admission limits, defaults filled in.
+func (o ServeOptions) admission() admission {
+	or := func(v, def int) int {
+		if v <= 0 {
+			return def
+		}
+		return v
+	}
+	a := admission{
+		max:             or(o.MaxConnections, DefaultMaxConnections),
+		perSource:       or(o.MaxConnectionsPerSource, DefaultMaxConnectionsPerSource),
+		unauthenticated: or(o.MaxUnauthenticated, DefaultMaxUnauthenticated),
+		unauthPer:       or(o.MaxUnauthenticatedPerSource, DefaultMaxUnauthenticatedPerSource),
+		firstRequest:    o.FirstRequestTimeout,
+	}
+	if a.firstRequest <= 0 {
+		a.firstRequest = DefaultFirstRequestTimeout
+	}
+	return a
 }
 
 // ServeWith is Serve with limits other than the defaults.
@@ -82,15 +123,15 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 	if o.KeepAliveTimeout <= 0 {
 		o.KeepAliveTimeout = DefaultKeepAliveTimeout
 	}
-	if o.MaxConnections <= 0 {
-		o.MaxConnections = DefaultMaxConnections
-	}
 	drain := o.Drain
-	limited := &limitListener{Listener: ln, max: int64(o.MaxConnections), answer: tooMany}
-	if p, ok := h.(*Proxy); ok && p.proxyStatus != "" {
-		limited.answer = strings.Replace(tooMany, "\r\n\r\n", "\r\n"+ProxyStatusHeader+": "+p.proxyStatus+"; error="+ProxyErrorConnectionLimitReached+"\r\n\r\n", 1)
+	lim := o.admission()
+	proxy, isProxy := h.(*Proxy)
+	var proxyStatus string
+	if isProxy {
+		proxyStatus = proxy.proxyStatus
+		lim.refused = proxy.metrics.connectionRefused
 	}
-	ln = limited
+	ln = newLimitListener(ln, lim, proxyStatus)
 	// Requests are not cancelled when ctx is done, only when the drain
 	// period ends.
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
@@ -99,11 +140,17 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 	// A Proxy's CONNECT requests that open a connection are read and
 	// served by connServer, which hands net/http the other connections.
 	hl := ln
-	if p, ok := h.(*Proxy); ok {
-		hl = newConnServer(base, p, t, ln, o.ReadHeaderTimeout)
+	handler := t.wrap(h)
+	if isProxy {
+		// A Proxy says itself when a client is admitted (after its
+		// credentials); any other handler admits every request it reads.
+		hl = newConnServer(base, proxy, t, ln, o.ReadHeaderTimeout)
+	} else {
+		handler = authenticating(handler)
 	}
 	srv := &http.Server{
-		Handler:           t.wrap(h),
+		Handler:           handler,
+		WriteTimeout:      o.WriteTimeout,
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		IdleTimeout:       o.KeepAliveTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -114,6 +161,7 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 			return context.WithValue(ctx, serverKey{}, base)
 		},
 	}
+	srv.SetKeepAlivesEnabled(!o.DisableKeepAlives)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(hl) }()
 	select {
@@ -154,6 +202,17 @@ func ServeWith(ctx context.Context, ln net.Listener, h http.Handler, o ServeOpti
 
 type connKey struct{}
 
+// authenticating marks the connection of every request h is given as
+// admitted.
+func authenticating(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
+			markAuthenticated(c)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // serverKey holds, in a request's context, the context that ends when the
 // server stops serving (the end of the drain): unlike the request's own
 // context, it is not cancelled when the client half-closes its connection.
@@ -162,98 +221,6 @@ type serverKey struct{}
 // trackerKey holds, in a request's context, Serve's tracker: a CONNECT that
 // net/http read adds its tunnel to it (serveLateConnect).
 type trackerKey struct{}
-
-// limitListener answers 503 to the connections past max and closes them.
-type limitListener struct {
-	net.Listener
-	max    int64
-	answer string // tooMany, with the Proxy's Proxy-Status
-	open   atomic.Int64
-}
-
-// tooMany is written, raw, to a connection over the limit: there is no
-// request to answer yet, and reading one would already cost what the limit
-// saves.
-const tooMany = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 52\r\n\r\nthe proxy is at its limit of concurrent connections\n"
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = io.WriteString(c, l.answer)
-			_ = c.Close()
-			continue
-		}
-		return &countedConn{Conn: c, l: l}, nil
-	}
-}
-
-// countedConn gives its slot back when closed, hijacked or not, or, once
-// it was refused, when its write half is shut: the refused client has its
-// answer, and the moment Serve lingers to read what it still sends (so that
-// closing does not reset the answer away) is not taken from other clients.
-// It keeps CloseWrite, which tunnels use for half-closes.
-type countedConn struct {
-	net.Conn
-	l         *limitListener
-	once      sync.Once
-	isRefused atomic.Bool
-}
-
-// refusedConn is a client connection that was given a refusal and ends
-// with it.
-type refusedConn interface{ refused() }
-
-func (c *countedConn) refused() { c.isRefused.Store(true) }
-
-func (c *countedConn) release() { c.once.Do(func() { c.l.open.Add(-1) }) }
-
-func (c *countedConn) Close() error {
-	c.release()
-	return c.Conn.Close()
-}
-
-// CloseWrite shuts the write half of a TCP connection.
-func (c *countedConn) CloseWrite() error {
-	if c.isRefused.Load() {
-		c.release()
-	}
-	if cw, ok := c.Conn.(closeWriter); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-// ReadFrom is the accepted connection's own: net/http's response writer
-// hands it a plain answer's body read from an origin's socket (see
-// statusWriter.ReadFrom), which a *net.TCPConn splices.
-func (c *countedConn) ReadFrom(r io.Reader) (int64, error) { return readFromWith(c.Conn, r) }
-
-// readFromWith writes r's bytes to w with w's own ReadFrom when it has one
-// (a *net.TCPConn's splices from a TCP connection), else through a buffer.
-func readFromWith(w io.Writer, r io.Reader) (int64, error) {
-	if rf, ok := w.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(w, r)
-}
-
-// NetConn returns the accepted connection, for tunnels that splice(2) it.
-func (c *countedConn) NetConn() net.Conn { return c.Conn }
-
-// SyscallConn gives the tunnels the raw connection, to wait for bytes
-// without holding a buffer.
-func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, errors.ErrUnsupported
-}
 
 // tracker counts the handler calls and tunnels in flight and remembers what
 // closes each: its connection, hijacked or not, or both connections of a

@@ -169,28 +169,26 @@ func (p *Proxy) authorize(ctx context.Context, proxyAuthorization string, x *exc
 	return next, refusal{}, true
 }
 
-// authorizeHTTP is authorize for a request read by net/http: on success
-// *r carries the new context; on a refusal the answer is written.
-func (p *Proxy) authorizeHTTP(w http.ResponseWriter, r **http.Request, x *exchange) bool {
-	ctx, ref, ok := p.authorize((*r).Context(), (*r).Header.Get("Proxy-Authorization"), x)
-	if !ok {
-		x.refuseWith(w, ref)
-		return false
+// admit is a request's admission, the same for a plain request that
+// net/http read and for a CONNECT, whichever parser read it, and in this
+// order: the client's source address (only from the TCP peer), then its
+// credentials (an Upstream reads its options only after them), which make
+// the connection authenticated for Serve's admission limits, then a slot of
+// MaxConcurrent. On success the caller holds the slot (release it) and has
+// the context the Upstream gave; on a refusal it writes the refusal.
+func (p *Proxy) admit(ctx context.Context, c net.Conn, proxyAuthorization string, x *exchange) (context.Context, refusal, bool) {
+	if !x.sourceAllowed(p.ranges) {
+		return ctx, refuseSource, false
 	}
-	*r = (*r).WithContext(ctx)
-	return true
-}
-
-// authorizeConn is authorize for a CONNECT read by Serve's own parser: on
-// success *ctx is the new context; on a refusal it is written on c.
-func (p *Proxy) authorizeConn(ctx *context.Context, c net.Conn, proxyAuthorization string, x *exchange) bool {
-	next, ref, ok := p.authorize(*ctx, proxyAuthorization, x)
+	ctx, ref, ok := p.authorize(ctx, proxyAuthorization, x)
 	if !ok {
-		x.refuseConn(c, ref)
-		return false
+		return ctx, ref, false
 	}
-	*ctx = next
-	return true
+	markAuthenticated(c)
+	if !p.acquire() {
+		return ctx, refuseFull, false
+	}
+	return ctx, refusal{}, true
 }
 
 // dialTarget opens the upstream end of a CONNECT tunnel: through the

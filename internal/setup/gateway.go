@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
@@ -31,6 +31,24 @@ import (
 // AdminDrain is the shutdown window of an admin server (/healthz,
 // /readyz, /metrics), whose requests are short.
 const AdminDrain = 5 * time.Second
+
+// AdminServeOptions are the limits of a proxy or gateway pod's admin
+// server, apart from its client port's so that no client can starve the
+// kubelet's probes: its requests are short, so each connection serves one
+// request and closes, a slow client has a few seconds, and the few slots
+// it has go first to whoever sends a request (the oldest silent
+// connection makes room for a new one; docs/security.md).
+var AdminServeOptions = forwardproxy.ServeOptions{
+	Drain:                       AdminDrain,
+	ReadHeaderTimeout:           2 * time.Second,
+	WriteTimeout:                10 * time.Second,
+	DisableKeepAlives:           true,
+	MaxConnections:              64,
+	MaxConnectionsPerSource:     16,
+	MaxUnauthenticated:          32,
+	MaxUnauthenticatedPerSource: 8,
+	FirstRequestTimeout:         2 * time.Second,
+}
 
 // GatewayClients are the API clients of a gateway replica: the member
 // watch's (Core) and the administrator's bans watch's (Dynamic), both as
@@ -44,7 +62,7 @@ type GatewayClients struct {
 // its flags.
 type GatewayEnv struct {
 	// Getenv reads the environment (os.Getenv in a pod): the gateway's
-	// credentials and namespace (gateway.EnvUsername, EnvPassword,
+	// credentials and namespace (published.EnvGatewayUsername, EnvPassword,
 	// EnvNamespace) and the OTEL_* variables.
 	Getenv func(string) string
 	// Clients returns the API clients; it is called once the flags are
@@ -82,8 +100,7 @@ type gatewayOptions struct {
 	dialTimeout         time.Duration
 	idleTimeout         time.Duration
 	maxConcurrent       int
-	maxConnections      int
-	readHeader          time.Duration
+	serve               *forwardproxy.ServeOptions
 	maxAttempts         int
 	ejectAfter          int
 	ejectFor            time.Duration
@@ -107,37 +124,31 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	var o gatewayOptions
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.listen, "listen", ":3128", "Address of the gateway.")
-	fs.StringVar(&o.adminListen, "admin-listen", ":9090", "Address of /healthz, /readyz (ready once there are members) and /metrics.")
-	fs.StringVar(&o.namespace, "namespace", env.Getenv(gateway.EnvNamespace), "Namespace of the pools (default: $"+gateway.EnvNamespace+").")
-	fs.StringVar(&o.gateway, "gateway", "", "The ProxyGateway whose spec.bans (an administrator's bans, kubectl egress ban) the gateway honours; empty: none.")
-	fs.StringVar(&o.pools, "pools", "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
-	fs.StringVar(&o.strategy, "strategy", string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
-	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served; required without credentials.")
+	fs.StringVar(&o.listen, published.GatewayFlagListen, ":3128", "Address of the gateway.")
+	fs.StringVar(&o.adminListen, published.GatewayFlagAdminListen, ":9090", "Address of /healthz, /readyz (ready once there are members) and /metrics.")
+	fs.StringVar(&o.namespace, "namespace", env.Getenv(published.EnvPodNamespace), "Namespace of the pools (default: $"+published.EnvPodNamespace+").")
+	fs.StringVar(&o.gateway, published.GatewayFlagGateway, "", "The ProxyGateway whose spec.bans (an administrator's bans, kubectl egress ban) the gateway honours; empty: none.")
+	fs.StringVar(&o.pools, published.GatewayFlagPools, "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
+	fs.StringVar(&o.strategy, published.GatewayFlagStrategy, string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
+	fs.StringVar(&o.allowedRanges, published.GatewayFlagAllowedSourceRanges, "", "Comma-separated CIDRs of the clients served; required without credentials.")
 	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long requests and tunnels in flight may go on.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
-	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
-	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
-	fs.IntVar(&o.ejectAfter, "eject-after", gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
-	fs.DurationVar(&o.ejectFor, "eject-for", gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
-	fs.IntVar(&o.maxPerMember, "max-per-member", gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
-	fs.IntVar(&o.hostPerMinute, "member-host-requests-per-minute", 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
-	fs.StringVar(&o.banStatuses, "ban-statuses", "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
+	o.serve = serveFlags(fs)
+	fs.IntVar(&o.maxAttempts, published.GatewayFlagMaxAttempts, gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
+	fs.IntVar(&o.ejectAfter, published.GatewayFlagEjectAfter, gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
+	fs.DurationVar(&o.ejectFor, published.GatewayFlagEjectFor, gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
+	fs.IntVar(&o.maxPerMember, published.GatewayFlagMaxPerMember, gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
+	fs.IntVar(&o.hostPerMinute, published.GatewayFlagHostPerMinute, 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
+	fs.StringVar(&o.banStatuses, published.GatewayFlagBanStatuses, "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
 	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
-	fs.DurationVar(&o.banFor, "ban-for", gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator gateway --pools a,b [flags]")
-			fs.PrintDefaults()
-		}
-		return fmt.Errorf("gateway: %w", err)
+	fs.DurationVar(&o.banFor, published.GatewayFlagBanFor, gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
+	if err := parseSubcommand(fs, args, "gateway --pools a,b [flags]"); err != nil {
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
+	if err := checkServeFlags(o.serve); err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	var pools []string
 	for p := range strings.SplitSeq(o.pools, ",") {
@@ -146,7 +157,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 		}
 	}
 	if len(pools) == 0 || o.namespace == "" {
-		return errors.New("gateway: --pools and --namespace (or $" + gateway.EnvNamespace + ") are required")
+		return errors.New("gateway: --pools and --namespace (or $" + published.EnvPodNamespace + ") are required")
 	}
 	banStatuses, err := parseStatuses(o.banStatuses)
 	if err != nil {
@@ -156,7 +167,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	if err != nil {
 		return fmt.Errorf("gateway: --allowed-source-ranges: %w", err)
 	}
-	user, pass := env.Getenv(gateway.EnvUsername), env.Getenv(gateway.EnvPassword)
+	user, pass := env.Getenv(published.EnvGatewayUsername), env.Getenv(published.EnvGatewayPassword)
 	if user == "" && len(ranges) > 0 {
 		// Without credentials the ranges are all that keeps it closed,
 		// with the same bound as a proxy's.
@@ -259,7 +270,9 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
 	results := make(chan error, 2)
 	go func() {
-		err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections})
+		so := *o.serve
+		so.Drain = o.drain
+		err := forwardproxy.ServeWith(ctx, ln, p, so)
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --listen %s: %w", o.listen, err)
 		}
@@ -267,7 +280,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 		results <- err
 	}()
 	go func() {
-		err := forwardproxy.Serve(adminCtx, adminLn, gatewayAdminHandler(reg, set), AdminDrain)
+		err := forwardproxy.ServeWith(adminCtx, adminLn, gatewayAdminHandler(reg, set), AdminServeOptions)
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --admin-listen %s: %w", o.adminListen, err)
 		}

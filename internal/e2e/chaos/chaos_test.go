@@ -608,7 +608,8 @@ func (r *run) checkLeaks() {
 	r.findLeaks(due, "")
 }
 
-// findLeaks reports the VMs and seeds left of the given gone Proxies.
+// findLeaks reports the VMs and seeds left of the given gone Proxies, and
+// the disks left of any VM that no longer exists.
 func (r *run) findLeaks(gone []*tracked, when string) {
 	uids := make([]types.UID, 0, len(gone))
 	byUID := map[types.UID]*tracked{}
@@ -625,18 +626,25 @@ func (r *run) findLeaks(gone []*tracked, when string) {
 				}
 			}
 		})
-		for _, node := range []string{"pve1", "pve2", "pve3"} {
-			for _, vol := range c.sim.StorageVolumes(node, "seeds") {
-				for _, p := range gone {
-					if owner := seedOwner(vol, p); owner {
-						if r.leftForSweep(vol, p) {
-							continue
-						}
-						if r.violation("leak|seed|"+c.name+"|"+node+"|"+vol, "leak%s: seed %s on %s/%s of deleted Proxy %s%s", when, vol, c.name, node, p.name, r.vanishedNote(vol)) {
-							r.leaks++
-						}
+		// The volumes that carry the cloud-init payload: the seed ISOs, on
+		// any storage and node (not only the entry's seed storage), and the
+		// disks of a VM, to which its guest wrote what the seed said.
+		for _, v := range c.sim.Volumes("") {
+			vol, node := v.VolID, v.Node
+			for _, p := range gone {
+				if owner := seedOwner(vol, p); owner {
+					if r.leftForSweep(vol, p) {
+						continue
+					}
+					if r.violation("leak|seed|"+c.name+"|"+node+"|"+vol, "leak%s: seed %s on %s/%s of deleted Proxy %s%s", when, vol, c.name, node, p.name, r.vanishedNote(vol)) {
+						r.leaks++
 					}
 				}
+			}
+		}
+		for _, v := range c.sim.OrphanVolumes() {
+			if r.violation("leak|volume|"+c.name+"|"+v.Node+"|"+v.VolID, "leak%s: volume %s on %s/%s of VM %d, which no longer exists", when, v.VolID, c.name, v.Node, v.VMID) {
+				r.leaks++
 			}
 		}
 	}

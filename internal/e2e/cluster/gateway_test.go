@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,6 +62,21 @@ func gatewayFront(t *testing.T, c *kubelab.Cluster, cl client.Client, tg target)
 		t.Fatalf("the gateway's Service for %s: %v", gw.Status.Endpoint, err)
 	}
 	hosts := []corev1.HostAlias{{IP: svc.Spec.ClusterIP, Hostnames: []string{endpoint.Hostname()}}}
+
+	// The gateway's NetworkPolicy selects its running pods (the lab's
+	// bridge CNI does not enforce policies: what is checked here is that
+	// the real API server took it and that it fences the real pods).
+	np := &networkingv1.NetworkPolicy{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: servedNS, Name: svc.Name}, np); err != nil {
+		t.Fatalf("the gateway's NetworkPolicy: %v", err)
+	}
+	fenced := &corev1.PodList{}
+	if err := cl.List(ctx, fenced, client.InNamespace(servedNS), client.MatchingLabels(np.Spec.PodSelector.MatchLabels)); err != nil {
+		t.Fatal(err)
+	}
+	if len(fenced.Items) < 2 || len(np.Spec.Ingress) != 2 {
+		t.Errorf("the gateway's NetworkPolicy selects %d pods with %d ingress rules; want its 2 pods, the proxy and the admin port", len(fenced.Items), len(np.Spec.Ingress))
+	}
 
 	// Rotation: every request on a new connection, placed anew.
 	const runs = 30

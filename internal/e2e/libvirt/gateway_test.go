@@ -242,7 +242,7 @@ func startReplica(ctx context.Context, t *testing.T, wg *sync.WaitGroup, podCfg 
 	if err != nil {
 		t.Fatal(err)
 	}
-	environ := map[string]string{gateway.EnvUsername: user, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
+	environ := map[string]string{published.EnvGatewayUsername: user, published.EnvGatewayPassword: pass, published.EnvPodNamespace: ns}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + labPool, "--gateway=" + labGateway,
 		"--drain=1s", "--access-log=false"}
 	r, wait, err := setup.StartGateway(ctx, args, setup.GatewayEnv{

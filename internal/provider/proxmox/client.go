@@ -125,6 +125,23 @@ func (c *client) tasks(ctx context.Context, node string, since int64) ([]TaskEnt
 	return out, err
 }
 
+// activeTasks lists the tasks of type typ running on node.
+func (c *client) activeTasks(ctx context.Context, node, typ string) ([]TaskEntry, error) {
+	var out []TaskEntry
+	err := c.do(ctx, call{name: "running tasks", method: http.MethodGet, node: node,
+		path:  "/nodes/" + url.PathEscape(node) + "/tasks",
+		query: url.Values{"source": {"active"}, "typefilter": {typ}, "limit": {strconv.Itoa(taskListLimit)}}}, &out)
+	return out, err
+}
+
+// tokenUser is the token's user@realm!tokenid, the user a UPID names
+// (F16); never the secret.
+func (c *client) tokenUser() (string, error) {
+	tok, err := c.token()
+	user, _, _ := strings.Cut(tok, "=")
+	return user, err
+}
+
 // Done reports whether the task stopped.
 func (t TaskStatus) Done() bool { return t.Status == "stopped" }
 

@@ -22,6 +22,7 @@ const (
 	kindResize     = "resize"
 	kindStart      = "start"
 	kindStop       = "stop"
+	kindUploads    = "uploads"
 	kindSeedDelete = "seed-delete"
 	kindDestroy    = "destroy"
 	kindDuplicate  = "duplicate"

@@ -108,6 +108,9 @@ func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
 // removeStopped deletes the seed of our stopped VM, then destroys the VM.
 func (p *Provider) removeStopped(ctx context.Context, name, node string, vmid int) error {
 	if !p.isDone(name, kindSeedDelete) {
+		if err := p.awaitUploads(ctx, name, vmid, node); err != nil {
+			return err
+		}
 		// The seed goes before the VM, so a failed delete is retried, not
 		// leaked. It goes even when a Get removed it after boot: that Get
 		// did not wait for its delete task, which may have failed, and once
@@ -134,6 +137,45 @@ func (p *Provider) destroy(ctx context.Context, name, node string, vmid int) err
 	return p.inProgress(name, kindDestroy, node, vmid, upid, fmt.Sprintf("destroying VM %d", vmid))
 }
 
+// awaitUploads waits, before the seed of name is deleted, for the uploads
+// (imgcopy tasks) of this token running on nodes. An upload lands its ISO
+// when its task ends, seconds after the call, and a volume delete ends
+// sooner (F12, F13, F26): a delete sent meanwhile finds no volume, ends OK,
+// and the seed lands after it, with nothing left to lead to it. This Delete
+// may not know of the upload: its answer was lost, a failed status read
+// dropped its task, or another process sent it before a restart. The task
+// (F12) names no volume, so every upload of ours running on the nodes is
+// waited for, once per Delete; none of this instance starts after the look,
+// since its Create is serialised on the name and no longer called. It
+// returns InProgress while it waits, nil once it has.
+func (p *Provider) awaitUploads(ctx context.Context, name string, vmid int, nodes ...string) error {
+	if p.isDone(name, kindUploads) {
+		return nil
+	}
+	user, err := p.api.tokenUser()
+	if err != nil {
+		return classify("reading the token", err)
+	}
+	var refs []taskRef
+	for _, node := range nodes {
+		list, err := p.api.activeTasks(ctx, node, "imgcopy")
+		if err != nil {
+			return classify("listing the uploads running on "+node, err)
+		}
+		for _, e := range list {
+			if e.Status == "" && upidUser(e.UPID) == user {
+				refs = append(refs, taskRef{node: node, upid: e.UPID})
+			}
+		}
+	}
+	if len(refs) == 0 {
+		return nil
+	}
+	step := fmt.Sprintf("waiting for %d seed upload(s) to end before deleting the seed of %s", len(refs), name)
+	p.setPending(name, pending{step: step, kind: kindUploads, node: refs[0].node, vmid: vmid, upid: refs[0].upid, more: refs[1:]})
+	return provider.NewInProgress(step, p.poll())
+}
+
 func (p *Provider) inProgress(name, kind, node string, vmid int, upid, step string) error {
 	p.setPending(name, pending{step: step, kind: kind, node: node, vmid: vmid, upid: upid})
 	return provider.NewInProgress(step, p.poll())
@@ -155,6 +197,9 @@ func (p *Provider) seedDeleteError(err error, node, name string) error {
 // returns InProgress until those delete tasks ended. Delete succeeds once
 // the seed is on no node, so a second Delete succeeds at once.
 func (p *Provider) gone(ctx context.Context, name string, vmid int, why string) error {
+	if err := p.awaitUploads(ctx, name, vmid, p.block.Nodes()...); err != nil {
+		return err
+	}
 	volid := p.seedVolid(name)
 	var refs []taskRef
 	for _, node := range p.block.Nodes() {

@@ -147,7 +147,7 @@ type addrEntry struct {
 
 type pending struct {
 	step string // for the InProgress message
-	kind string // seed, clone, resize, start, stop, seed-delete, destroy
+	kind string // seed, clone, resize, start, stop, uploads, seed-delete, destroy
 	node string
 	vmid int
 	upid string
@@ -642,6 +642,16 @@ func upidStart(upid string) (int64, bool) {
 	return start, true
 }
 
+// upidUser returns the user!tokenid a UPID names (F16), empty for
+// another shape.
+func upidUser(upid string) string {
+	parts := strings.Split(upid, ":")
+	if len(parts) < 9 || parts[0] != "UPID" {
+		return ""
+	}
+	return parts[7]
+}
+
 // checkPending looks at the task recorded for name. It returns nil when
 // there is none or it ended OK (the step is then recorded as done), an
 // InProgress error while it runs and a Transient one when it failed.
@@ -679,7 +689,8 @@ func (p *Provider) checkPending(ctx context.Context, name string) error {
 			p.mu.Unlock()
 			return provider.NewInProgress(t.step, p.untilNextListing(read))
 		}
-		if !st.OK() {
+		if !st.OK() && t.kind != kindUploads {
+			// (An upload waited for has ended either way.)
 			p.mu.Lock()
 			p.dropTask(name, t)
 			p.mu.Unlock()

@@ -152,6 +152,8 @@ type VolumeInfo struct {
 	VolID   string `json:"volid"`
 	Content string `json:"content"`
 	Size    int64  `json:"size"`
+	// VMID is the VM a disk or state volume belongs to, 0 for an ISO.
+	VMID int `json:"vmid,omitempty"`
 }
 
 // Volumes lists every volume of a content type ("" for all), by storage,
@@ -164,7 +166,7 @@ func (s *Sim) Volumes(content string) []VolumeInfo {
 		for node, vols := range st.volumes {
 			for _, v := range vols {
 				if content == "" || v.content == content {
-					out = append(out, VolumeInfo{Node: node, Storage: id, VolID: v.volid, Content: v.content, Size: v.size})
+					out = append(out, VolumeInfo{Node: node, Storage: id, VolID: v.volid, Content: v.content, Size: v.size, VMID: v.vmid})
 				}
 			}
 		}
@@ -172,6 +174,26 @@ func (s *Sim) Volumes(content string) []VolumeInfo {
 	slices.SortFunc(out, func(a, b VolumeInfo) int {
 		return cmp.Or(strings.Compare(a.Storage, b.Storage), strings.Compare(a.Node, b.Node), strings.Compare(a.VolID, b.VolID))
 	})
+	return out
+}
+
+// OrphanVolumes lists the volumes of a VM (disks, state volumes) whose VM
+// no longer exists (on the volume's node, for a storage that is not
+// shared), looked at in one moment: what a destroy left behind.
+func (s *Sim) OrphanVolumes() []VolumeInfo {
+	var out []VolumeInfo
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, st := range s.storages {
+		for node, vols := range st.volumes {
+			for _, v := range vols {
+				if vm, ok := s.vms[v.vmid]; v.vmid != 0 && (!ok || node != "" && vm.node != node) {
+					out = append(out, VolumeInfo{Node: node, Storage: id, VolID: v.volid, Content: v.content, Size: v.size, VMID: v.vmid})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b VolumeInfo) int { return strings.Compare(a.VolID, b.VolID) })
 	return out
 }
 

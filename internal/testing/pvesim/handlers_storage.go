@@ -226,7 +226,7 @@ func (s *Sim) hUpload(c *call) (any, *apiError) {
 	if want := params["checksum"]; want != "" && sum != "" {
 		if !strings.EqualFold(want, sum) {
 			t.logf("calculated checksum: %s", sum)
-			s.after(s.timing.Upload, func() { t.finish("checksum verification failed") })
+			s.afterTask(t, s.timing.Upload, func() { t.finish("checksum verification failed") })
 			return t.upid, nil
 		}
 		t.logf("checksum verified")
@@ -235,7 +235,7 @@ func (s *Sim) hUpload(c *call) (any, *apiError) {
 	t.logf("target file: /var/lib/vz/template/%s/%s", content, filename)
 	t.logf("file size is: %d", size)
 	path := tmpPath
-	s.after(s.timing.Upload, func() {
+	s.afterTask(t, s.timing.Upload, func() {
 		if t.failed() {
 			_ = os.Remove(path)
 			t.finish("")
@@ -280,7 +280,7 @@ func (s *Sim) hDeleteVolume(c *call) (any, *apiError) {
 		volid = stID + ":" + volid
 	}
 	t := s.newTask(c.node, "imgdel", volid, c.p)
-	s.after(s.timing.VolumeDelete, func() {
+	s.afterTask(t, s.timing.VolumeDelete, func() {
 		if t.failed() {
 			t.finish("")
 			return

@@ -51,8 +51,11 @@ type Sim struct {
 	vms        map[int]*vm
 	containers map[int]ContainerConfig
 	tasks      map[string]*task
-	tokens     map[string]tokenEntry
-	uploadDir  string
+	// held are, by task type, the ends of tasks of that type kept running
+	// by HoldTasks until its release.
+	held      map[string][]func()
+	tokens    map[string]tokenEntry
+	uploadDir string
 
 	srvMu   sync.Mutex
 	servers []*http.Server

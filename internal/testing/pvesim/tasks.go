@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -120,6 +121,48 @@ func (s *Sim) after(d Duration, fn func()) {
 		}
 		fn()
 	})
+}
+
+// afterTask is after for the end of task t, which HoldTasks can delay.
+func (s *Sim) afterTask(t *task, d Duration, fn func()) {
+	s.after(d, func() {
+		if ends, ok := s.held[t.typ]; ok {
+			s.held[t.typ] = append(ends, fn)
+			return
+		}
+		fn()
+	})
+}
+
+// HoldTasks keeps the upload (imgcopy) and volume delete (imgdel) tasks of
+// taskType running past their duration, effect not yet applied, until
+// release is called; release ends them in the order their durations passed.
+// It lets a test order a task's end against the client's calls without
+// waiting on the clock. One hold per type at a time.
+func (s *Sim) HoldTasks(taskType string) (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held == nil {
+		s.held = map[string][]func(){}
+	}
+	if _, ok := s.held[taskType]; !ok {
+		s.held[taskType] = nil
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			ends := s.held[taskType]
+			delete(s.held, taskType)
+			if s.closed {
+				return
+			}
+			for _, fn := range ends {
+				fn()
+			}
+		})
+	}
 }
 
 // scaled returns a real-host duration divided by the speed factor.
