@@ -156,8 +156,12 @@ func (l *limitListener) admit(c net.Conn) *countedConn {
 	cc.timer = time.AfterFunc(l.lim.firstRequest, func() { l.expire(cc) })
 	l.mu.Unlock()
 	if evicted != nil {
-		// Closed outside the lock: its release takes it.
+		// Outside the lock, which release takes. Its slot is given back
+		// now, not when its handler notices the close: a flood would
+		// otherwise hold the server's slots for as long as handlers take
+		// to wake, and a new client would meet the global cap.
 		l.count(RefusedEvicted)
+		evicted.release()
 		_ = evicted.Conn.Close()
 	}
 	return cc
@@ -185,6 +189,7 @@ func (l *limitListener) expire(cc *countedConn) {
 	l.mu.Unlock()
 	if late {
 		l.count(RefusedFirstRequestTimeout)
+		cc.release()
 		_ = cc.Conn.Close()
 	}
 }
