@@ -203,6 +203,8 @@ func (l *limitListener) authenticatedLocked(cc *countedConn) {
 	l.waiting.Remove(cc.waiting)
 	cc.waiting = nil
 	cc.timer.Stop()
+	// Not kept: an idle tunnel should not hold a stopped timer.
+	cc.timer = nil
 	if n := l.sources[cc.src]; n != nil {
 		n.unauthenticated--
 	}
