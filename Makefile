@@ -331,13 +331,14 @@ CHART         := charts/egress-proxies-operator
 HELM          := $(TOOLS) helm
 # What the chart reads with .Files: copies of config/, never edited by hand.
 CHART_FILES   := $(CHART)/files
-CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml gateway_ban_editor_role.yaml
+CHART_RBAC    := role.yaml leader_election_role.yaml ownership_key_role.yaml metrics_auth_role.yaml metrics_reader_role.yaml gateway_ban_editor_role.yaml proxygateway_editor_role.yaml
 
 .PHONY: chart-files
-chart-files: manifests ## Copy the CRDs, RBAC rules, providers configuration, alerts, dashboard and gateway PodMonitor from config/ into the chart (part of generate).
-	@rm -rf $(CHART_FILES) && mkdir -p $(CHART_FILES)/crds $(CHART_FILES)/rbac $(CHART_FILES)/monitoring
+chart-files: manifests ## Copy the CRDs, RBAC rules, admission policy, providers configuration, alerts, dashboard and gateway PodMonitor from config/ into the chart (part of generate).
+	@rm -rf $(CHART_FILES) && mkdir -p $(CHART_FILES)/crds $(CHART_FILES)/rbac $(CHART_FILES)/admission $(CHART_FILES)/monitoring
 	@cp config/crd/bases/*.yaml $(CHART_FILES)/crds/
 	@for f in $(CHART_RBAC); do cp config/rbac/$$f $(CHART_FILES)/rbac/; done
+	@cp config/admission/proxygateway_spec_policy.yaml $(CHART_FILES)/admission/
 	@cp config/manager/providers.yaml $(CHART_FILES)/providers.yaml
 	@cp config/prometheus/rules/prometheus_rule.yaml config/prometheus/dashboard/egress-proxies.json config/prometheus/gateway_monitor.yaml $(CHART_FILES)/monitoring/
 

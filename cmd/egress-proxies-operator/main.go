@@ -68,7 +68,7 @@ func main() {
 	// runs the proxies too.
 	if len(os.Args) > 1 && os.Args[1] == "proxy" {
 		ctrl.SetLogger(zap.New())
-		err := runProxy(ctrl.SetupSignalHandler(), os.Args[2:], os.Getenv, ctrl.Log.WithName("proxy"))
+		err := setup.RunProxy(ctrl.SetupSignalHandler(), os.Args[2:], setup.ProxyEnv{Getenv: os.Getenv, Log: ctrl.Log.WithName("proxy")})
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			return

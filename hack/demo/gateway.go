@@ -18,12 +18,14 @@ import (
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
@@ -49,7 +51,35 @@ func gatewayDemo(ctx context.Context, out io.Writer, restCfg *rest.Config, k8s c
 		gw.stop()
 		return nil, err
 	}
+	if err := showGatewayObject(ctx, out, k8s, ns, pool); err != nil {
+		gw.stop()
+		return nil, err
+	}
 	return gw, nil
+}
+
+// showGatewayObject applies a ProxyGateway on the pool, as a user would
+// with kubectl, and prints its Ready condition: the demo's operator has no
+// image for gateway pods (there is no kubelet to run them), and the status
+// says so rather than staying empty.
+func showGatewayObject(ctx context.Context, out io.Writer, k8s client.Client, ns, pool string) error {
+	gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "front"},
+		Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{pool}}}
+	if err := k8s.Create(ctx, gw); err != nil {
+		return fmt.Errorf("applying ProxyGateway front: %w", err)
+	}
+	var ready *metav1.Condition
+	if err := waitUntil(ctx, time.Minute, func() bool {
+		if k8s.Get(ctx, client.ObjectKeyFromObject(gw), gw) != nil {
+			return false
+		}
+		ready = apimeta.FindStatusCondition(gw.Status.Conditions, crawlv1alpha1.ConditionReady)
+		return ready != nil
+	}); err != nil {
+		return fmt.Errorf("ProxyGateway front has no status: %w", err)
+	}
+	_, _ = fmt.Fprintf(out, "==> applied ProxyGateway %s/front: Ready=%s %s: %s\n", ns, ready.Status, ready.Reason, ready.Message)
+	return nil
 }
 
 func showGateway(ctx context.Context, out io.Writer, gw *demoGateway, k8s client.Client, ns, pool, ipURL string) error {
@@ -155,7 +185,7 @@ func startDemoGateway(ctx context.Context, restCfg *rest.Config, ns, pool string
 		return nil, err
 	}
 	pass := rand.Text()
-	environ := map[string]string{gateway.EnvUsername: demoGatewayUser, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
+	environ := map[string]string{published.EnvGatewayUsername: demoGatewayUser, published.EnvGatewayPassword: pass, published.EnvPodNamespace: ns}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + pool, "--drain=1s"}
 	ctx, cancel := context.WithCancel(ctx)
 	r, wait, err := setup.StartGateway(ctx, args, setup.GatewayEnv{

@@ -32,6 +32,7 @@ func TestDemoRunsToTheEnd(t *testing.T) {
 		"Desired 4 Ready 4 Serving 4", "rotation done; Serving never below 4", "the first line of proxies.txt",
 		"pool gateway for ProxyPool crawl at http://crawler:xxxxx@127.0.0.1:", "20 requests through the gateway, round-robin over the members: 4 egress addresses",
 		"10 requests as user crawler-session-demo1: ", " ×10\n", " requests, 0 failed; session demo1 stayed on ",
+		"applied ProxyGateway ", "/front: Ready=False ApplyFailed: The operator has no image to run the gateway's pods",
 		"done; everything is cleaned up"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out.String())

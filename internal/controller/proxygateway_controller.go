@@ -246,6 +246,12 @@ func (r *ProxyGatewayReconciler) applyAll(ctx context.Context, gw *crawlv1alpha1
 		{"Deployment", &appsv1.Deployment{}, dep, nil},
 	}
 	for _, s := range steps {
+		if s.desired == dep && r.Image == "" {
+			// A Deployment without an image would be refused by the API
+			// server in words that do not say what to do.
+			obs.noImage = true
+			continue
+		}
 		s.obj.SetNamespace(gw.Namespace)
 		s.obj.SetName(s.desired.GetName())
 		mutate := s.mutate

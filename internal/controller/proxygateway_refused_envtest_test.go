@@ -87,3 +87,27 @@ func TestRefusedDeploymentShowsInStatus(t *testing.T) {
 		return c.Reason == crawlv1alpha1.ReasonNoMembers, "Ready is " + c.Reason + ": " + c.Message
 	})
 }
+
+// TestGatewayWithoutImageSaysSo (#38 item 6, the demo's case): an operator
+// started without an image for the gateway's pods makes every other object
+// and says in status what is missing and what to do, rather than leaving
+// the status empty or quoting the API server on an empty image field.
+func TestGatewayWithoutImageSaysSo(t *testing.T) {
+	ns := newNamespace(t)
+	startOperator(t, operatorOptions{namespace: ns})
+	ctx := context.Background()
+	if err := k8s.Create(ctx, &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "front"},
+		Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitGatewayReason(t, ns, "front", crawlv1alpha1.ReasonGatewayApplyFailed)
+	if c := gatewayReady(t, ns, "front"); !strings.Contains(c.Message, "--proxy-image") {
+		t.Errorf("Ready says %q; want it to name --proxy-image", c.Message)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "front-gateway"}, &corev1.Service{}); err != nil {
+		t.Errorf("the gateway's Service: %v", err)
+	}
+	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "front-gateway"}, &appsv1.Deployment{}); err == nil {
+		t.Error("a Deployment was made without an image")
+	}
+}

@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
 
 // The gateway's objects, all named <gateway>-gateway except the credentials
@@ -138,20 +137,22 @@ func gatewayPDB(gw *crawlv1alpha1.ProxyGateway) *policyv1.PodDisruptionBudget {
 // gatewayDeployment runs image's gateway subcommand.
 func gatewayDeployment(gw *crawlv1alpha1.ProxyGateway, image string) *appsv1.Deployment {
 	port := gatewayPort(gw)
-	args := []string{"gateway", "--listen=:" + strconv.Itoa(int(port)), "--admin-listen=:" + strconv.Itoa(gatewayAdminPort),
-		"--pools=" + strings.Join(gw.Spec.Pools, ","), "--strategy=" + string(gatewayStrategy(gw)), "--gateway=" + gw.Name}
+	args := []string{"gateway", published.Flag(published.GatewayFlagListen, ":"+strconv.Itoa(int(port))),
+		published.Flag(published.GatewayFlagAdminListen, ":"+strconv.Itoa(gatewayAdminPort)),
+		published.Flag(published.GatewayFlagPools, strings.Join(gw.Spec.Pools, ",")),
+		published.Flag(published.GatewayFlagStrategy, string(gatewayStrategy(gw))), published.Flag(published.GatewayFlagGateway, gw.Name)}
 	if len(gw.Spec.AllowedSourceRanges) > 0 {
-		args = append(args, "--allowed-source-ranges="+strings.Join(gw.Spec.AllowedSourceRanges, ","))
+		args = append(args, published.Flag(published.GatewayFlagAllowedSourceRanges, strings.Join(gw.Spec.AllowedSourceRanges, ",")))
 	}
 	args = append(args, gatewayLimitArgs(gw)...)
-	env := []corev1.EnvVar{{Name: gateway.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
+	env := []corev1.EnvVar{{Name: published.EnvPodNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}
 	if !gatewayAuthNone(gw) {
 		ref := func(key string) *corev1.EnvVarSource {
 			return &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 				LocalObjectReference: corev1.LocalObjectReference{Name: gatewayCredentialsName(gw.Name)}, Key: key}}
 		}
-		env = append(env, corev1.EnvVar{Name: gateway.EnvUsername, ValueFrom: ref(published.CredentialsKeyUsername)},
-			corev1.EnvVar{Name: gateway.EnvPassword, ValueFrom: ref(published.CredentialsKeyPassword)})
+		env = append(env, corev1.EnvVar{Name: published.EnvGatewayUsername, ValueFrom: ref(published.CredentialsKeyUsername)},
+			corev1.EnvVar{Name: published.EnvGatewayPassword, ValueFrom: ref(published.CredentialsKeyPassword)})
 	}
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
@@ -235,15 +236,15 @@ func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
 		value int32
 		unit  string
 	}{
-		{"--max-per-member", gw.Spec.MaxConcurrentPerMember, ""},
-		{"--member-host-requests-per-minute", gw.Spec.MemberHostRequestsPerMinute, ""},
-		{"--max-attempts", gw.Spec.MaxAttempts, ""},
-		{"--eject-after", gw.Spec.EjectAfter, ""},
-		{"--eject-for", gw.Spec.EjectSeconds, "s"},
-		{"--ban-for", gw.Spec.BanSeconds, "s"},
+		{published.GatewayFlagMaxPerMember, gw.Spec.MaxConcurrentPerMember, ""},
+		{published.GatewayFlagHostPerMinute, gw.Spec.MemberHostRequestsPerMinute, ""},
+		{published.GatewayFlagMaxAttempts, gw.Spec.MaxAttempts, ""},
+		{published.GatewayFlagEjectAfter, gw.Spec.EjectAfter, ""},
+		{published.GatewayFlagEjectFor, gw.Spec.EjectSeconds, "s"},
+		{published.GatewayFlagBanFor, gw.Spec.BanSeconds, "s"},
 	} {
 		if f.value > 0 {
-			args = append(args, f.flag+"="+strconv.Itoa(int(f.value))+f.unit)
+			args = append(args, published.FlagInt(f.flag, int(f.value), f.unit))
 		}
 	}
 	if len(gw.Spec.BanStatuses) > 0 {
@@ -251,7 +252,7 @@ func gatewayLimitArgs(gw *crawlv1alpha1.ProxyGateway) []string {
 		for _, c := range gw.Spec.BanStatuses {
 			codes = append(codes, strconv.Itoa(int(c)))
 		}
-		args = append(args, "--ban-statuses="+strings.Join(codes, ","))
+		args = append(args, published.Flag(published.GatewayFlagBanStatuses, strings.Join(codes, ",")))
 	}
 	return args
 }

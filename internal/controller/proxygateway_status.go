@@ -16,6 +16,9 @@ type gatewayObservation struct {
 	// conflict names an object the gateway needs that another owner holds;
 	// empty when there is none.
 	conflict string
+	// noImage: the operator knows no image for the gateway's pods, so it
+	// made every object but the Deployment.
+	noImage bool
 	// refused is the API server's refusal of an object the gateway needs,
 	// as the apply step wrapped it; empty when every object was applied.
 	refused string
@@ -48,6 +51,11 @@ func computeGatewayStatus(gw *crawlv1alpha1.ProxyGateway, obs gatewayObservation
 	switch {
 	case obs.conflict != "":
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, crawlv1alpha1.ReasonGatewayConflict, obs.conflict
+	case obs.noImage:
+		cond.Status, cond.Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonGatewayApplyFailed
+		cond.Message = "The operator has no image to run the gateway's pods: it was started without --proxy-image " +
+			"(or $OPERATOR_IMAGE, which config/default and the chart set). Every other object of the gateway is made; " +
+			"restart the operator with its image."
 	case obs.refused != "":
 		cond.Status, cond.Reason = metav1.ConditionFalse, crawlv1alpha1.ReasonGatewayApplyFailed
 		cond.Message = "The API server refused an object of the gateway: " + obs.refused +

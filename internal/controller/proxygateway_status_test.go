@@ -46,6 +46,9 @@ func TestComputeGatewayStatus(t *testing.T) {
 		{name: "refused", reason: "an object the API refused is said with the API's words, and a missing pool too, rather than an empty status",
 			obs: gatewayObservation{members: 0, missingPools: []string{"b"}, refused: "creating the Deployment front-gateway: denied by require-limits"}, want: "False/ApplyFailed",
 			wantMsg: "The API server refused an object of the gateway: creating the Deployment front-gateway: denied by require-limits. Change what it names (an admission policy, a quota, the operator's RBAC); the operator tries again. ProxyPools not found in namespace crawlers: b."},
+		{name: "no image", reason: "an operator without an image for the pods says so, not the API server's words about an empty field",
+			obs: gatewayObservation{members: 2, noImage: true}, want: "False/ApplyFailed",
+			wantMsg: "The operator has no image to run the gateway's pods: it was started without --proxy-image (or $OPERATOR_IMAGE, which config/default and the chart set). Every other object of the gateway is made; restart the operator with its image."},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			st := computeGatewayStatus(gw, tc.obs, now)

@@ -2,14 +2,12 @@ package forwardproxy
 
 import (
 	"container/list"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -124,7 +122,7 @@ func (l *limitListener) admit(c net.Conn) *countedConn {
 		return nil
 	}
 	src := sourceOf(c.RemoteAddr())
-	cc := &countedConn{Conn: c, l: l, src: src}
+	cc := &countedConn{RelayConn: RelayConn{Conn: c}, l: l, src: src}
 	l.mu.Lock()
 	n := l.sources[src]
 	if n == nil {
@@ -158,8 +156,12 @@ func (l *limitListener) admit(c net.Conn) *countedConn {
 	cc.timer = time.AfterFunc(l.lim.firstRequest, func() { l.expire(cc) })
 	l.mu.Unlock()
 	if evicted != nil {
-		// Closed outside the lock: its release takes it.
+		// Outside the lock, which release takes. Its slot is given back
+		// now, not when its handler notices the close: a flood would
+		// otherwise hold the server's slots for as long as handlers take
+		// to wake, and a new client would meet the global cap.
 		l.count(RefusedEvicted)
+		evicted.release()
 		_ = evicted.Conn.Close()
 	}
 	return cc
@@ -187,6 +189,7 @@ func (l *limitListener) expire(cc *countedConn) {
 	l.mu.Unlock()
 	if late {
 		l.count(RefusedFirstRequestTimeout)
+		cc.release()
 		_ = cc.Conn.Close()
 	}
 }
@@ -200,6 +203,8 @@ func (l *limitListener) authenticatedLocked(cc *countedConn) {
 	l.waiting.Remove(cc.waiting)
 	cc.waiting = nil
 	cc.timer.Stop()
+	// Not kept: an idle tunnel should not hold a stopped timer.
+	cc.timer = nil
 	if n := l.sources[cc.src]; n != nil {
 		n.unauthenticated--
 	}
@@ -244,9 +249,9 @@ func markAuthenticated(c net.Conn) {
 // it was refused, when its write half is shut: the refused client has its
 // answer, and the moment Serve lingers to read what it still sends (so that
 // closing does not reset the answer away) is not taken from other clients.
-// It keeps CloseWrite, which tunnels use for half-closes.
+// It keeps what the relays use of the socket (RelayConn).
 type countedConn struct {
-	net.Conn
+	RelayConn
 	l         *limitListener
 	src       netip.Addr
 	once      sync.Once
@@ -278,39 +283,11 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// CloseWrite shuts the write half of a TCP connection.
+// CloseWrite shuts the write half of a TCP connection, and gives the slot
+// of a refused one back.
 func (c *countedConn) CloseWrite() error {
 	if c.isRefused.Load() {
 		c.release()
 	}
-	if cw, ok := c.Conn.(closeWriter); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-// ReadFrom is the accepted connection's own: net/http's response writer
-// hands it a plain answer's body read from an origin's socket (see
-// statusWriter.ReadFrom), which a *net.TCPConn splices.
-func (c *countedConn) ReadFrom(r io.Reader) (int64, error) { return readFromWith(c.Conn, r) }
-
-// readFromWith writes r's bytes to w with w's own ReadFrom when it has one
-// (a *net.TCPConn's splices from a TCP connection), else through a buffer.
-func readFromWith(w io.Writer, r io.Reader) (int64, error) {
-	if rf, ok := w.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(w, r)
-}
-
-// NetConn returns the accepted connection, for tunnels that splice(2) it.
-func (c *countedConn) NetConn() net.Conn { return c.Conn }
-
-// SyscallConn gives the tunnels the raw connection, to wait for bytes
-// without holding a buffer.
-func (c *countedConn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, errors.ErrUnsupported
+	return c.RelayConn.CloseWrite()
 }

@@ -130,6 +130,15 @@ func TestAdmissionLimits(t *testing.T) {
 		want:       []string{"open", "closed", "closed", "open", "open"},
 		wantCauses: []string{RefusedEvicted, RefusedEvicted},
 	}, {
+		name: "an evicted connection gives its slot back at once",
+		why:  "a flood's closed connections must not hold the server's slots until their handlers wake (none does here), or a new client meets the global cap",
+		lim:  admission{max: 3, perSource: 100, unauthenticated: 1, unauthPer: 100},
+		steps: []step{
+			{"127.0.0.2", false}, {"127.0.0.3", false}, {"127.0.0.4", false}, {"127.0.0.5", false}, {"127.0.0.9", true},
+		},
+		want:       []string{"closed", "closed", "closed", "closed", "open"},
+		wantCauses: []string{RefusedEvicted, RefusedEvicted, RefusedEvicted, RefusedEvicted},
+	}, {
 		name: "global cap",
 		why:  "past MaxConnections every new connection is refused, whatever its source",
 		lim:  admission{max: 2, perSource: 100, unauthenticated: 100, unauthPer: 100},

@@ -63,12 +63,13 @@ func sourceAllowed(ranges []netip.Prefix, remoteAddr string) bool {
 	return false
 }
 
-// sourceAddrAllowed is sourceAllowed for a connection's remote address.
-func sourceAddrAllowed(ranges []netip.Prefix, remote net.Addr) bool {
+// sourceAllowed reports whether the exchange's client, the TCP peer of its
+// connection, is in one of ranges.
+func (x *exchange) sourceAllowed(ranges []netip.Prefix) bool {
 	if len(ranges) == 0 {
 		return true
 	}
-	if ta, ok := remote.(*net.TCPAddr); ok {
+	if ta, ok := x.remote.(*net.TCPAddr); ok {
 		ip := ta.AddrPort().Addr().Unmap().WithZone("")
 		for _, r := range ranges {
 			if r.Contains(ip) {
@@ -77,7 +78,10 @@ func sourceAddrAllowed(ranges []netip.Prefix, remote net.Addr) bool {
 		}
 		return false
 	}
-	return sourceAllowed(ranges, remote.String())
+	if x.remote != nil {
+		return sourceAllowed(ranges, x.remote.String())
+	}
+	return sourceAllowed(ranges, x.source)
 }
 
 // remoteIP returns the IP of remoteAddr, with an IPv4-mapped IPv6 address

@@ -48,7 +48,9 @@
 // control characters, no duplicate credentials, no body; 431 past 64 KiB)
 // and served without net/http's per-request machinery; anything else, and
 // every later request on the connection, goes through net/http and
-// ServeHTTP, with the same checks in the same order. A CONNECT that
+// ServeHTTP. Both paths admit a request with one function (admit: source,
+// credentials, slot), and Serve's accept loop (accept.go) counts each
+// connection against the caps of its address (admission.go). A CONNECT that
 // net/http read (after another request on its connection, as Node.js
 // keep-alive agents send it, or under another server) is held to the strict
 // parser's rules on what net/http parsed (one Proxy-Authorization, no body,

@@ -144,6 +144,8 @@ type Proxy struct {
 	// tunnelHeaders are the CONNECT header fields the Upstream reads
 	// (TunnelHeaderReader), canonical names.
 	tunnelHeaders []string
+	// describeError renders a request's error for the access log.
+	describeError func(error) string
 }
 
 // New checks cfg and builds a Proxy.
@@ -167,13 +169,14 @@ func New(cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("forwardproxy: the Proxy-Status name %q is not a token", cfg.ProxyStatus)
 	}
 	p := &Proxy{
-		egress:      newEgress(cfg.Egress),
-		resolver:    cfg.Resolver,
-		dialTimeout: cfg.DialTimeout,
-		idleTimeout: cfg.IdleTimeout,
-		metrics:     cfg.Metrics,
-		access:      cfg.AccessLog,
-		proxyStatus: cfg.ProxyStatus,
+		egress:        newEgress(cfg.Egress),
+		resolver:      cfg.Resolver,
+		dialTimeout:   cfg.DialTimeout,
+		idleTimeout:   cfg.IdleTimeout,
+		metrics:       cfg.Metrics,
+		access:        cfg.AccessLog,
+		proxyStatus:   cfg.ProxyStatus,
+		describeError: func(err error) string { return err.Error() },
 	}
 	if p.access.GetSink() == nil {
 		p.access = cfg.Log.V(1)
@@ -334,24 +337,40 @@ type refusal struct {
 	proxyError string
 }
 
-// refuseWith answers r through w and ends the connection: every answer the
-// proxy gives itself, rather than relays, closes it (Connection: close), so
-// that a client that is refused, without credentials for one, cannot keep a
-// connection slot with keep-alive. Under Serve the slot is given back as
-// soon as the answer is written (see countedConn).
-func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
+// answer records r as the exchange's status and returns the header fields
+// of its answer besides the framing, in the order they are written: the one
+// place that decides what a refusal says, whichever connection it goes to
+// (refuseWith, refuseConn). Every answer the proxy gives itself, rather
+// than relays, closes its connection (Connection: close), so that a client
+// that is refused, without credentials for one, cannot keep a connection
+// slot with keep-alive.
+func (x *exchange) answer(r refusal) [][2]string {
 	x.status = r.code
+	fields := make([][2]string, 0, 5)
 	if r.key != "" {
-		w.Header().Set(r.key, r.value)
+		fields = append(fields, [2]string{r.key, r.value})
 	}
 	if ps := proxyStatus(x.proxyStatus, r); ps != "" {
-		w.Header().Set(ProxyStatusHeader, ps)
+		fields = append(fields, [2]string{ProxyStatusHeader, ps})
 	}
-	w.Header().Set("Connection", "close")
+	return append(fields, [2]string{"Content-Type", "text/plain; charset=utf-8"}, [2]string{"X-Content-Type-Options", "nosniff"},
+		[2]string{"Connection", "close"})
+}
+
+// refuseWith writes the answer of r through net/http's w. Under Serve the
+// connection's slot is given back as soon as the answer is written (see
+// countedConn).
+func (x *exchange) refuseWith(w http.ResponseWriter, r refusal) {
+	h := w.Header()
+	h.Del("Content-Length")
+	for _, f := range x.answer(r) {
+		h.Set(f[0], f[1])
+	}
 	if c, ok := x.conn.(refusedConn); ok {
 		c.refused()
 	}
-	http.Error(w, r.msg, r.code)
+	w.WriteHeader(r.code)
+	_, _ = io.WriteString(w, r.msg+"\n")
 }
 
 // The refusals that both paths of a request give.
@@ -380,22 +399,21 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.finish(x)
 		}
 	}()
-	switch {
-	case !sourceAllowed(p.ranges, r.RemoteAddr):
-		x.refuseWith(w, refuseSource)
-	case r.Method == http.MethodConnect:
+	if r.Method == http.MethodConnect {
 		// Serve reads a CONNECT that opens a connection with its own
 		// parser; this one net/http read, after another request on the
-		// connection or under another server.
+		// connection or under another server. It is admitted once it is
+		// known to be a well-formed CONNECT.
 		p.serveLateConnect(w, r, x)
-	case !p.authorizeHTTP(w, &r, x): //nolint:contextcheck // it takes the request's context from r and gives r a new one.
-		// Refused and answered.
-	case !p.acquire():
-		x.refuseWith(w, refuseFull)
-	default:
-		defer p.release()
-		p.forward(w, r, x)
+		return
 	}
+	ctx, ref, ok := p.admit(r.Context(), x.conn, r.Header.Get("Proxy-Authorization"), x)
+	if !ok {
+		x.refuseWith(w, ref)
+		return
+	}
+	defer p.release()
+	p.forward(w, r.WithContext(ctx), x)
 }
 
 // authenticate checks a request's Proxy-Authorization value, if the Proxy
@@ -483,7 +501,7 @@ func (p *Proxy) finish(x *exchange) {
 			"method", x.verb, "destination", x.host, "status", x.status,
 			"bytesUp", x.up.Load(), "bytesDown", x.down.Load(), "duration", d.String()}
 		if x.err != nil {
-			kv = append(kv, "error", x.err.Error())
+			kv = append(kv, "error", p.describeError(x.err))
 		}
 		x.fieldsMu.Lock()
 		kv = append(kv, x.fields...)

@@ -57,7 +57,7 @@ func TestSpliceWaitingMovesWhatIsWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := newActivity(timeout)
-	isrc := newIdleConn(&countedConn{Conn: src, l: &limitListener{}}, a)
+	isrc := newIdleConn(&countedConn{RelayConn: RelayConn{Conn: src}, l: &limitListener{}}, a)
 	idst := newIdleConn(dst, a)
 	poll.Until(t, spliceWait, func() (bool, string) {
 		return waitingBytes(src) == len(payload), "the payload waiting in the source socket"
@@ -92,7 +92,7 @@ func TestSpliceWaitingMovesWhatIsWaiting(t *testing.T) {
 // (a splice from the socket would skip them).
 func TestPrefixConnUnwrapsOnceItsPrefixWasRead(t *testing.T) {
 	_, server := tcpPair(t)
-	pc := &prefixConn{Conn: &countedConn{Conn: server, l: &limitListener{}}, prefix: []byte("GET")}
+	pc := newPrefixConn(&countedConn{RelayConn: RelayConn{Conn: server}, l: &limitListener{}}, []byte("GET"))
 	if c := tcpConnOf(pc); c != nil {
 		t.Fatal("a connection with unread prefix bytes unwraps to its socket")
 	}

@@ -38,6 +38,16 @@ type Upstream interface {
 	DialTunnel(ctx context.Context, target string) (net.Conn, error)
 }
 
+// ErrorDescriber is an Upstream whose errors may name what the access log
+// must not (a gateway's member addresses, which a dial or read error names):
+// the log's error field is DescribeError's text in place of the error's
+// own. It applies to every error of a request through the Upstream, the
+// tunnel's relay included.
+type ErrorDescriber interface {
+	Upstream
+	DescribeError(err error) string
+}
+
 // TunnelHeaderReader is an Upstream that reads header fields of a CONNECT
 // request besides Proxy-Authorization (a gateway's session header): Serve's
 // strict parser keeps the values of the fields TunnelHeaders names, and
@@ -159,30 +169,26 @@ func (p *Proxy) authorize(ctx context.Context, proxyAuthorization string, x *exc
 	return next, refusal{}, true
 }
 
-// authorizeHTTP is authorize for a request read by net/http: on success
-// *r carries the new context; on a refusal the answer is written.
-func (p *Proxy) authorizeHTTP(w http.ResponseWriter, r **http.Request, x *exchange) bool {
-	ctx, ref, ok := p.authorize((*r).Context(), (*r).Header.Get("Proxy-Authorization"), x)
-	if !ok {
-		x.refuseWith(w, ref)
-		return false
+// admit is a request's admission, the same for a plain request that
+// net/http read and for a CONNECT, whichever parser read it, and in this
+// order: the client's source address (only from the TCP peer), then its
+// credentials (an Upstream reads its options only after them), which make
+// the connection authenticated for Serve's admission limits, then a slot of
+// MaxConcurrent. On success the caller holds the slot (release it) and has
+// the context the Upstream gave; on a refusal it writes the refusal.
+func (p *Proxy) admit(ctx context.Context, c net.Conn, proxyAuthorization string, x *exchange) (context.Context, refusal, bool) {
+	if !x.sourceAllowed(p.ranges) {
+		return ctx, refuseSource, false
 	}
-	markAuthenticated(x.conn)
-	*r = (*r).WithContext(ctx)
-	return true
-}
-
-// authorizeConn is authorize for a CONNECT read by Serve's own parser: on
-// success *ctx is the new context; on a refusal it is written on c.
-func (p *Proxy) authorizeConn(ctx *context.Context, c net.Conn, proxyAuthorization string, x *exchange) bool {
-	next, ref, ok := p.authorize(*ctx, proxyAuthorization, x)
+	ctx, ref, ok := p.authorize(ctx, proxyAuthorization, x)
 	if !ok {
-		x.refuseConn(c, ref)
-		return false
+		return ctx, ref, false
 	}
 	markAuthenticated(c)
-	*ctx = next
-	return true
+	if !p.acquire() {
+		return ctx, refuseFull, false
+	}
+	return ctx, refusal{}, true
 }
 
 // dialTarget opens the upstream end of a CONNECT tunnel: through the
@@ -201,6 +207,9 @@ func (p *Proxy) useUpstream(u Upstream) {
 	}
 	p.upstream = u
 	p.forwarder.Transport = u
+	if d, ok := u.(ErrorDescriber); ok {
+		p.describeError = d.DescribeError
+	}
 	if r, ok := u.(TunnelHeaderReader); ok {
 		for _, name := range r.TunnelHeaders() {
 			p.tunnelHeaders = append(p.tunnelHeaders, http.CanonicalHeaderKey(name))

@@ -541,7 +541,7 @@ func (g *Gateway) connect(ctx context.Context, m *Member, target string) (*tunne
 	}
 	_ = c.SetDeadline(time.Time{})
 	// early: bytes the destination sent right after the member's answer.
-	return &tunnelConn{Conn: c, early: a.early}, nil
+	return newTunnelConn(c, a.early), nil
 }
 
 // memberRefusal is the answer to a tunnel the member refused: its status,
@@ -632,11 +632,12 @@ func countBytes(ctx context.Context, h *memberHandles) {
 	}
 }
 
-// tunnelConn is the upstream end of a tunnel through a member. It keeps the
-// TCP connection's half-close and raw access, which the forward proxy's
-// relay uses, and ends the tunnel's count on its member when closed.
+// tunnelConn is the upstream end of a tunnel through a member. It keeps
+// what the forward proxy's relay uses of the TCP connection
+// (forwardproxy.RelayConn), and ends the tunnel's count on its member when
+// closed.
 type tunnelConn struct {
-	net.Conn
+	forwardproxy.RelayConn
 	early   []byte // read after the member's answer, returned first
 	release func()
 	mu      sync.Mutex
@@ -645,11 +646,22 @@ type tunnelConn struct {
 	closed  atomic.Bool
 }
 
+func newTunnelConn(c net.Conn, early []byte) *tunnelConn {
+	tc := &tunnelConn{early: early}
+	// The relay may read the socket itself once the early bytes are read.
+	tc.RelayConn = forwardproxy.RelayConn{Conn: c, Ahead: tc.pending}
+	return tc
+}
+
+// pending reports whether early bytes are still to be read.
+func (c *tunnelConn) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.early) > 0
+}
+
 func (c *tunnelConn) withRelease(release func()) net.Conn {
 	c.release = release
-	if len(c.early) == 0 {
-		return &rawTunnelConn{tunnelConn: c}
-	}
 	return c
 }
 
@@ -675,30 +687,6 @@ func (c *tunnelConn) Close() error {
 	}
 	return err
 }
-
-// CloseWrite shuts the write half, for a client that ended its stream.
-func (c *tunnelConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return errors.ErrUnsupported
-}
-
-// rawTunnelConn is a tunnelConn with nothing read ahead: the relay may read
-// its socket directly.
-type rawTunnelConn struct{ *tunnelConn }
-
-// SyscallConn gives the relay the raw socket.
-func (c *rawTunnelConn) SyscallConn() (syscall.RawConn, error) {
-	if sc, ok := c.Conn.(syscall.Conn); ok {
-		return sc.SyscallConn()
-	}
-	return nil, errors.ErrUnsupported
-}
-
-// NetConn gives the relay the TCP connection, for splice(2) in bulk
-// transfers: with nothing read ahead, its bytes are the tunnel's.
-func (c *rawTunnelConn) NetConn() net.Conn { return c.Conn }
 
 // ProxyOptions are the forward proxy's settings in front of a Gateway.
 type ProxyOptions struct {

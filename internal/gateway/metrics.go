@@ -25,12 +25,14 @@ type Metrics struct {
 	ejections *prometheus.CounterVec
 	limited   *prometheus.CounterVec
 	members   *prometheus.GaugeVec
-	bans      *prometheus.CounterVec
-	active    *activeBans
-	bytes     *prometheus.CounterVec
-	latency   *prometheus.HistogramVec
-	sessions  *prometheus.CounterVec
-	inFlight  *inFlight
+	// listsRefused counts published lists the pool does not control.
+	listsRefused *prometheus.CounterVec
+	bans         *prometheus.CounterVec
+	active       *activeBans
+	bytes        *prometheus.CounterVec
+	latency      *prometheus.HistogramVec
+	sessions     *prometheus.CounterVec
+	inFlight     *inFlight
 
 	// departed holds, by pool and member, the pending deletion of the
 	// series of a member that left; keepDeparted is how long they stay.
@@ -158,6 +160,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Namespace: "egress_proxies", Name: "gateway_members",
 			Help: "Members the gateway may send to, by pool.",
 		}, []string{"pool"}),
+		listsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "egress_proxies", Name: "gateway_lists_refused_total",
+			Help: "Versions of a pool's published Secret or ConfigMap that the gateway ignored because the pool does not control them, by pool and reason (configmap-labels, configmap-owner, secret-labels, secret-owner: the labels or the controller reference to the ProxyPool are missing or wrong).",
+		}, []string{"pool", "reason"}),
 	}
 	m.bans = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "egress_proxies", Name: "gateway_bans_total",
@@ -180,7 +186,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		"Requests and tunnels a member carries now through this gateway pod (open tunnels included), by pool and member.", []string{"pool", "member"}, nil)}
 	m.active = &activeBans{desc: prometheus.NewDesc("egress_proxies_gateway_bans_active",
 		"(member, destination host) bans in force in this gateway pod, by pool.", []string{"pool"}, nil)}
-	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members, m.bans, m.active, m.bytes, m.latency, m.sessions, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.requests, m.failures, m.retries, m.ejections, m.limited, m.members, m.listsRefused, m.bans, m.active, m.bytes, m.latency, m.sessions, m.inFlight} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -17,8 +17,9 @@ import (
 // bytes that follow are the access log's). Each attempt through a member
 // is an event on it (attempt, with the member and its outcome), and so is
 // each ban (ban). A plain request's span continues the crawler's trace
-// when it sent a traceparent. No attribute holds a credential, a member's
-// address or a session id: members are named pool/name.
+// when it sent a traceparent. No attribute or status holds a credential, a
+// member's address or a session id: members are named pool/name, and an
+// error's text is errorText's.
 
 // Span attribute keys.
 const (
@@ -55,7 +56,7 @@ func endSpan(span trace.Span, rt *route, resp *http.Response, err error) {
 	span.SetAttributes(attrSession.Bool(rt != nil && rt.session != ""))
 	switch {
 	case err != nil:
-		span.SetStatus(codes.Error, err.Error())
+		span.SetStatus(codes.Error, errorText(err))
 	case resp != nil:
 		span.SetAttributes(attrStatus.Int(resp.StatusCode))
 	}

@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
 // TestSpansPerRequestAndTunnel: a span per plain request and per tunnel,
@@ -96,5 +100,67 @@ func TestSpansPerRequestAndTunnel(t *testing.T) {
 	}
 	for _, f := range w.Findings() {
 		t.Error(f)
+	}
+}
+
+// TestRefusedMemberAddressInNoSpanOrAccessLog: a member that refuses
+// connections fails a plain request and a tunnel; their spans' status and
+// their access log lines say what failed and name the member as pool/name,
+// never its address. The member listens on 127.0.0.2, the client on
+// 127.0.0.1, so that the client's address in the log is not the member's.
+func TestRefusedMemberAddressInNoSpanOrAccessLog(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there now: connections are refused
+	set := gateway.NewSet()
+	u := url.URL{Scheme: "http", Host: addr, User: url.UserPassword("ugone", "gone-member-password-0xbeef")}
+	set.Update("crawl", []gateway.Entry{{Name: "crawl-gone", URL: u.String(), EgressIP: "127.0.0.99", Engine: published.EngineForwardProxy}})
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	h := startGateway(t, gateway.Config{Members: set, Tracer: tp.Tracer("test")})
+
+	if code, body, _, _ := get(h.client(t, gwUser), "http://example.test/", nil); code != http.StatusBadGateway {
+		t.Fatalf("GET through a refusing member: %d %q; want 502", code, body)
+	}
+	resp, _, _ := connect(t, h.addr, "example.test:443", basic(gwUser, gwPass), "")
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("CONNECT through a refusing member: %s; want 502", resp.Status)
+	}
+
+	var got []string
+	for _, s := range rec.Ended() {
+		got = append(got, s.Name()+": "+s.Status().Description)
+	}
+	// The access log's lines end when the answer was written: poll.
+	var lines []string
+	poll.Until(t, wait, func() (bool, string) {
+		lines = nil
+		for line := range strings.Lines(h.logs.String()) {
+			if strings.Contains(line, `"request"`) {
+				lines = append(lines, line)
+			}
+		}
+		return len(lines) == 2, fmt.Sprintf("access log lines: %q", lines)
+	})
+	want := []string{
+		"gateway.request: member crawl/crawl-gone: dial tcp: connect: connection refused",
+		"gateway.tunnel: member crawl/crawl-gone: dial tcp: connect: connection refused",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("span statuses (-want +got):\n%s", diff)
+	}
+	ip, _, _ := net.SplitHostPort(addr)
+	for _, line := range append(got, lines...) {
+		if !strings.Contains(line, "connection refused") || !strings.Contains(line, "crawl/crawl-gone") {
+			t.Errorf("want the cause and the member's name in %q", line)
+		}
+		if strings.Contains(line, ip) {
+			t.Errorf("%q names the member's address %s", line, addr)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 
 	"github.com/go-logr/logr"
@@ -14,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -35,7 +37,10 @@ const (
 // no mounted file: a member that starts serving is used as soon as the list
 // names it. A list that goes away empties its pool; a Secret that cannot be
 // read is retried with backoff; a list that does not parse is logged
-// (without its content) and the pool keeps the members it had.
+// (without its content) and the pool keeps the members it had. A Secret or
+// ConfigMap of the list's name that the pool does not control (listRefusal)
+// is no list: the pool has no members from it, and it is logged (without
+// its content) and counted.
 func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *Set, m *Metrics, log logr.Logger) {
 	var wg sync.WaitGroup
 	for _, pool := range pools {
@@ -58,7 +63,7 @@ func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools
 		}
 		signal := func(obj any) {
 			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
-				w.gone.Store(false)
+				w.cm.Store(cm)
 				w.signal()
 			}
 		}
@@ -76,7 +81,7 @@ func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools
 						obj = d.Obj
 					}
 					if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
-						w.gone.Store(true)
+						w.cm.Store(nil)
 						w.signal()
 					}
 				},
@@ -96,7 +101,8 @@ type poolWatch struct {
 	m                     *Metrics
 	log                   logr.Logger
 	changed               chan struct{} // one pending signal at most
-	gone                  atomic.Bool   // the ConfigMap was deleted
+	// cm is the ConfigMap as its last event had it; nil once deleted.
+	cm atomic.Pointer[corev1.ConfigMap]
 }
 
 func (w *poolWatch) signal() {
@@ -135,7 +141,11 @@ func (w *poolWatch) run(ctx context.Context) {
 func (w *poolWatch) read(ctx context.Context) error {
 	var s *corev1.Secret
 	var err error = apierrors.NewNotFound(corev1.Resource("configmaps"), w.name)
-	if !w.gone.Load() {
+	if cm := w.cm.Load(); cm != nil {
+		if why := listRefusal(cm, w.pool); why != "" {
+			w.refuse("configmap", why)
+			return nil
+		}
 		s, err = w.cs.CoreV1().Secrets(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
 	}
 	if apierrors.IsNotFound(err) {
@@ -146,6 +156,10 @@ func (w *poolWatch) read(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if why := listRefusal(s, w.pool); why != "" {
+		w.refuse("secret", why)
+		return nil
 	}
 	list, err := ParseList(s.Data[published.ListKeyJSON])
 	if err != nil {
@@ -158,9 +172,49 @@ func (w *poolWatch) read(ctx context.Context) error {
 	return nil
 }
 
+// listRefusal says why obj (the Secret or ConfigMap <pool>-proxies) is not
+// the list the ProxyPool pool publishes: "labels" without the operator's
+// managed-by label and the pool's label, "owner" without a controller
+// reference to the ProxyPool pool; "" when it is. Whoever may create a
+// ConfigMap and a Secret in the namespace could otherwise send the
+// crawlers' traffic to proxies of their choosing under a pool's name. They
+// can write these fields too, but an object whose owner does not exist is
+// deleted by the garbage collector, and the pool controller takes over
+// (rewrites) one that names its ProxyPool (docs/gateway.md, Membership).
+func listRefusal(obj metav1.Object, pool string) string {
+	l := obj.GetLabels()
+	if l[published.LabelManagedBy] != published.ManagedBy || l[crawlv1alpha1.LabelPool] != pool {
+		return "labels"
+	}
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != "ProxyPool" || ref.Name != pool {
+		return "owner"
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != crawlv1alpha1.GroupVersion.Group {
+		return "owner"
+	}
+	return ""
+}
+
+// refuse empties the pool: its list's object (kind) is not the pool's.
+func (w *poolWatch) refuse(kind, why string) {
+	w.m.forget(w.set, w.pool, w.set.Update(w.pool, nil))
+	w.m.setMembers(w.pool, 0)
+	w.m.refusedList(w.pool, kind+"-"+why)
+	w.log.Info("the published list's "+kind+" is not controlled by the pool; no members from this pool", "name", w.name, "reason", why)
+}
+
 // setMembers records the number of members of pool; m may be nil.
 func (m *Metrics) setMembers(pool string, n int) {
 	if m != nil {
 		m.members.WithLabelValues(pool).Set(float64(n))
+	}
+}
+
+// refusedList counts a published list's object that was not the pool's;
+// m may be nil.
+func (m *Metrics) refusedList(pool, reason string) {
+	if m != nil {
+		m.listsRefused.WithLabelValues(pool, reason).Inc()
 	}
 }

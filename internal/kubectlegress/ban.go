@@ -291,7 +291,13 @@ func editBans(ctx context.Context, c client.Client, ns, gateway string, edit fun
 			if apierrors.IsConflict(err) {
 				return err
 			}
-			return fmt.Errorf("writing the bans of proxygateway %s/%s: %w (may you patch proxygateways? the ClusterRole egress-proxies-operator-gateway-ban-editor)", ns, gateway, err)
+			// RBAC's refusal gets the role to bind; the admission
+			// policy's (config/admission) says itself what it needs.
+			hint := ""
+			if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
+				hint = " (may you patch proxygateways? bind the ClusterRole egress-proxies-operator-gateway-ban-editor in the namespace)"
+			}
+			return fmt.Errorf("writing the bans of proxygateway %s/%s: %w%s", ns, gateway, err, hint)
 		}
 		return nil
 	})

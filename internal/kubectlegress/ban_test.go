@@ -26,24 +26,40 @@ import (
 // administrator to bind.
 func banEditor(t *testing.T, ns string) string {
 	t.Helper()
-	ctx := context.Background()
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", "gateway_ban_editor_role.yaml"))
+	path, _ := roleUser(t, ns, "ban-editor", shippedRole(t, "gateway_ban_editor_role.yaml"))
+	return path
+}
+
+// shippedRole is the ClusterRole of config/rbac/file.
+func shippedRole(t *testing.T, file string) rbacv1.ClusterRole {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", file))
 	mustDo(t, err)
 	var role rbacv1.ClusterRole
 	mustDo(t, yaml.Unmarshal(data, &role))
-	role.Name = "ban-editor-" + ns
+	return role
+}
+
+// roleUser makes a user who holds, in ns, only role (renamed for ns); it
+// returns the user's kubeconfig and a client as the user.
+func roleUser(t *testing.T, ns, name string, role rbacv1.ClusterRole) (string, client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	role.Name = name + "-" + ns
 	mustDo(t, env.Client.Create(ctx, &role))
-	user := "ban-editor-" + ns
-	mustDo(t, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ban-editor"},
+	user := name + "-" + ns
+	mustDo(t, env.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}))
 	u, err := env.Environment.AddUser(envtest.User{Name: user}, nil)
 	mustDo(t, err)
 	kc, err := u.KubeConfig()
 	mustDo(t, err)
-	path := filepath.Join(t.TempDir(), "ban-editor.kubeconfig")
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
 	mustDo(t, os.WriteFile(path, kc, 0o600))
-	return path
+	c, err := client.New(u.Config(), client.Options{Scheme: env.Scheme})
+	mustDo(t, err)
+	return path, c
 }
 
 // TestBan: kubectl egress ban add, lift and list, run as a user with only

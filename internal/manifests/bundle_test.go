@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -78,6 +79,8 @@ type bundle struct {
 	CRDs                []*apiextensionsv1.CustomResourceDefinition
 	Proxies             []*crawlv1alpha1.Proxy
 	Pools               []*crawlv1alpha1.ProxyPool
+	Policies            []*admissionregistrationv1.ValidatingAdmissionPolicy
+	PolicyBindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // decoder decodes strictly (unknown and duplicate fields are errors) into
@@ -130,6 +133,10 @@ func decode(dec apimachineryruntime.Decoder, docs [][]byte) (*bundle, error) {
 			b.Proxies = append(b.Proxies, o)
 		case *crawlv1alpha1.ProxyPool:
 			b.Pools = append(b.Pools, o)
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			b.Policies = append(b.Policies, o)
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			b.PolicyBindings = append(b.PolicyBindings, o)
 		default:
 			errs = append(errs, fmt.Errorf("%s: a kind these tests do not check; add it to bundle and to the checks", gvk))
 		}

@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider/kubernetes"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
@@ -605,6 +607,50 @@ func checkCRDs(b *bundle) error {
 		if !slices.ContainsFunc(b.CRDs, func(c *apiextensionsv1.CustomResourceDefinition) bool { return c.Name == want }) {
 			errs = append(errs, fmt.Errorf("CRD %s is not in the render", want))
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkSpecPolicy: the admission policy that keeps gateway-ban-editor to
+// spec.bans is bound (its binding names it, and denies) and matches updates
+// of ProxyGateways; the verb it asks for is granted by proxygateway-editor
+// and not by gateway-ban-editor.
+func checkSpecPolicy(b *bundle) error {
+	var errs []error
+	fail := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	const name = "egress-proxies-operator-proxygateway-spec"
+	i := slices.IndexFunc(b.Policies, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) bool { return p.Name == name })
+	if i < 0 {
+		return fmt.Errorf("ValidatingAdmissionPolicy %s is not in the render", name)
+	}
+	p := b.Policies[i]
+	if m := p.Spec.MatchConstraints; m == nil || !slices.ContainsFunc(m.ResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
+		return slices.Contains(r.APIGroups, crawlv1alpha1.GroupVersion.Group) && slices.Contains(r.Resources, "proxygateways") &&
+			slices.Contains(r.Operations, admissionregistrationv1.Update)
+	}) {
+		fail("policy %s does not match updates of proxygateways", name)
+	}
+	if !slices.ContainsFunc(b.PolicyBindings, func(pb *admissionregistrationv1.ValidatingAdmissionPolicyBinding) bool {
+		return pb.Spec.PolicyName == name && slices.Contains(pb.Spec.ValidationActions, admissionregistrationv1.Deny)
+	}) {
+		fail("no binding denies by policy %s", name)
+	}
+	grants := func(role string) bool {
+		for _, r := range b.ClusterRoles {
+			if r.Name == role {
+				return slices.ContainsFunc(r.Rules, func(rule rbacv1.PolicyRule) bool {
+					return slices.Contains(rule.Resources, "proxygateways") && slices.Contains(rule.Verbs, "edit-spec")
+				})
+			}
+		}
+		fail("ClusterRole %s is not in the render", role)
+		return false
+	}
+	if !grants("egress-proxies-operator-proxygateway-editor") {
+		fail("ClusterRole egress-proxies-operator-proxygateway-editor does not grant edit-spec on proxygateways")
+	}
+	if grants("egress-proxies-operator-gateway-ban-editor") {
+		fail("ClusterRole egress-proxies-operator-gateway-ban-editor grants edit-spec: it may change the whole spec")
 	}
 	return errors.Join(errs...)
 }

@@ -472,16 +472,18 @@ func TestChartLint(t *testing.T) {
 func TestChartFilesAreCopies(t *testing.T) {
 	root := repoRoot(t)
 	sources := map[string]string{
-		"files/providers.yaml":                    "config/manager/providers.yaml",
-		"files/monitoring/prometheus_rule.yaml":   "config/prometheus/rules/prometheus_rule.yaml",
-		"files/monitoring/egress-proxies.json":    "config/prometheus/dashboard/egress-proxies.json",
-		"files/monitoring/gateway_monitor.yaml":   "config/prometheus/gateway_monitor.yaml",
-		"files/rbac/role.yaml":                    "config/rbac/role.yaml",
-		"files/rbac/leader_election_role.yaml":    "config/rbac/leader_election_role.yaml",
-		"files/rbac/ownership_key_role.yaml":      "config/rbac/ownership_key_role.yaml",
-		"files/rbac/metrics_auth_role.yaml":       "config/rbac/metrics_auth_role.yaml",
-		"files/rbac/metrics_reader_role.yaml":     "config/rbac/metrics_reader_role.yaml",
-		"files/rbac/gateway_ban_editor_role.yaml": "config/rbac/gateway_ban_editor_role.yaml",
+		"files/providers.yaml":                          "config/manager/providers.yaml",
+		"files/monitoring/prometheus_rule.yaml":         "config/prometheus/rules/prometheus_rule.yaml",
+		"files/monitoring/egress-proxies.json":          "config/prometheus/dashboard/egress-proxies.json",
+		"files/monitoring/gateway_monitor.yaml":         "config/prometheus/gateway_monitor.yaml",
+		"files/rbac/role.yaml":                          "config/rbac/role.yaml",
+		"files/rbac/leader_election_role.yaml":          "config/rbac/leader_election_role.yaml",
+		"files/rbac/ownership_key_role.yaml":            "config/rbac/ownership_key_role.yaml",
+		"files/rbac/metrics_auth_role.yaml":             "config/rbac/metrics_auth_role.yaml",
+		"files/rbac/metrics_reader_role.yaml":           "config/rbac/metrics_reader_role.yaml",
+		"files/rbac/gateway_ban_editor_role.yaml":       "config/rbac/gateway_ban_editor_role.yaml",
+		"files/rbac/proxygateway_editor_role.yaml":      "config/rbac/proxygateway_editor_role.yaml",
+		"files/admission/proxygateway_spec_policy.yaml": "config/admission/proxygateway_spec_policy.yaml",
 	}
 	crds, err := filepath.Glob(filepath.Join(root, "config", "crd", "bases", "*.yaml"))
 	if err != nil || len(crds) == 0 {

@@ -36,6 +36,15 @@ func runMake(t *testing.T, env []string, args ...string) (string, bool) {
 	cmd := exec.CommandContext(ctx, makeBin, append([]string{"--no-print-directory"}, args...)...)
 	cmd.Dir = repoRoot(t)
 	home := t.TempDir()
+	// The go commands the Makefile runs would write telemetry under HOME,
+	// from a process that outlives make and races the TempDir's removal.
+	telemetry := filepath.Join(home, ".config", "go", "telemetry")
+	if err := os.MkdirAll(telemetry, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(telemetry, "mode"), []byte("off\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + home,
 		// No cluster: a kubeconfig that points nowhere.

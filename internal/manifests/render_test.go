@@ -34,6 +34,7 @@ var defaultChecks = []struct {
 	{"metrics", checkMetrics},
 	{"provider rights", checkProviderRights},
 	{"CRDs", checkCRDs},
+	{"ProxyGateway spec policy", checkSpecPolicy},
 	{"no cluster-wide Secret reading", checkNoClusterSecretReads},
 	{"served namespaces", checkServedNamespaces},
 	{"no cluster-wide Secret rights", checkNoClusterSecretRights},
@@ -129,6 +130,24 @@ func TestDefaultChecksFail(t *testing.T) {
 			reason: "a roleRef that kustomize did not rename points at nothing",
 			mutate: func(b *bundle) { b.ClusterRoleBindings[0].RoleRef.Name = "manager-role" },
 			want:   "roleRef ClusterRole manager-role is not in the render",
+		},
+		{
+			name:   "spec policy binding unprefixed",
+			reason: "a binding whose policyName kustomize did not rename puts no policy in force",
+			mutate: func(b *bundle) { b.PolicyBindings[0].Spec.PolicyName = "proxygateway-spec" },
+			want:   "no binding denies by policy egress-proxies-operator-proxygateway-spec",
+		},
+		{
+			name:   "ban editor may edit the spec",
+			reason: "gateway-ban-editor with edit-spec could change auth, pools and limits",
+			mutate: func(b *bundle) {
+				for _, r := range b.ClusterRoles {
+					if r.Name == "egress-proxies-operator-gateway-ban-editor" {
+						r.Rules[0].Verbs = append(r.Rules[0].Verbs, "edit-spec")
+					}
+				}
+			},
+			want: "gateway-ban-editor grants edit-spec",
 		},
 		{
 			name:   "binding subject in the wrong namespace",

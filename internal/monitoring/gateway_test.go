@@ -20,6 +20,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
@@ -46,7 +47,7 @@ func startGateway(ctx context.Context, t *testing.T, namespace, name string, poo
 	if err != nil {
 		t.Fatal(err)
 	}
-	environ := map[string]string{gateway.EnvUsername: gwUser, gateway.EnvPassword: gwPass, gateway.EnvNamespace: namespace}
+	environ := map[string]string{published.EnvGatewayUsername: gwUser, published.EnvGatewayPassword: gwPass, published.EnvPodNamespace: namespace}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + strings.Join(pools, ","), "--drain=1s",
 		"--eject-after=1", "--eject-for=2s", "--max-per-member=1"}
 	gctx, cancel := context.WithCancel(ctx)

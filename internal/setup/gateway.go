@@ -8,7 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +19,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
@@ -62,7 +64,7 @@ type GatewayClients struct {
 // its flags.
 type GatewayEnv struct {
 	// Getenv reads the environment (os.Getenv in a pod): the gateway's
-	// credentials and namespace (gateway.EnvUsername, EnvPassword,
+	// credentials and namespace (published.EnvGatewayUsername, EnvPassword,
 	// EnvNamespace) and the OTEL_* variables.
 	Getenv func(string) string
 	// Clients returns the API clients; it is called once the flags are
@@ -89,10 +91,11 @@ type GatewayReplica struct {
 	Members *gateway.Set
 }
 
-// gatewayOptions are the gateway subcommand's flags.
+// gatewayOptions are the gateway subcommand's flags and what parsing them
+// gives.
 type gatewayOptions struct {
 	listen, adminListen string
-	namespace, pools    string
+	namespace, poolList string
 	gateway             string
 	strategy            string
 	allowedRanges       string
@@ -100,20 +103,21 @@ type gatewayOptions struct {
 	dialTimeout         time.Duration
 	idleTimeout         time.Duration
 	maxConcurrent       int
-	maxConnections      int
-	maxPerSource        int
-	maxUnauth           int
-	maxUnauthPerSource  int
-	firstRequest        time.Duration
-	readHeader          time.Duration
+	serve               *forwardproxy.ServeOptions
 	maxAttempts         int
 	ejectAfter          int
 	ejectFor            time.Duration
 	maxPerMember        int
 	hostPerMinute       int
-	banStatuses         string
+	banStatusList       string
 	banFor              time.Duration
 	accessLog           bool
+
+	// Parsed from the flags and the environment.
+	pools       []string
+	banStatuses []int
+	ranges      []netip.Prefix
+	user, pass  string
 }
 
 // RunGateway runs one replica of a pool gateway (internal/gateway) as
@@ -124,84 +128,15 @@ type gatewayOptions struct {
 // defaults, the member and bans watches, the admin server, and the order
 // in which they stop (the watches and the admin server outlive the drain,
 // so that draining tunnels keep their members and /metrics shows the
-// drain).
+// drain). Each step is a function of its own, in this order.
 func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
-	var o gatewayOptions
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.StringVar(&o.listen, "listen", ":3128", "Address of the gateway.")
-	fs.StringVar(&o.adminListen, "admin-listen", ":9090", "Address of /healthz, /readyz (ready once there are members) and /metrics.")
-	fs.StringVar(&o.namespace, "namespace", env.Getenv(gateway.EnvNamespace), "Namespace of the pools (default: $"+gateway.EnvNamespace+").")
-	fs.StringVar(&o.gateway, "gateway", "", "The ProxyGateway whose spec.bans (an administrator's bans, kubectl egress ban) the gateway honours; empty: none.")
-	fs.StringVar(&o.pools, "pools", "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
-	fs.StringVar(&o.strategy, "strategy", string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
-	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served; required without credentials.")
-	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long requests and tunnels in flight may go on.")
-	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
-	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
-	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
-	fs.IntVar(&o.maxPerSource, "max-connections-per-source", forwardproxy.DefaultMaxConnectionsPerSource, "Client connections one client address holds at once; more get 503 and are closed.")
-	fs.IntVar(&o.maxUnauth, "max-unauthenticated", forwardproxy.DefaultMaxUnauthenticated, "Client connections whose first request is not admitted yet; past it the oldest of them is closed.")
-	fs.IntVar(&o.maxUnauthPerSource, "max-unauthenticated-per-source", forwardproxy.DefaultMaxUnauthenticatedPerSource, "Such connections of one client address; more get 503 and are closed.")
-	fs.DurationVar(&o.firstRequest, "first-request-timeout", forwardproxy.DefaultFirstRequestTimeout, "A client connection whose first request is not admitted (read, credentials checked) that long after it opened is closed.")
-	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
-	fs.IntVar(&o.maxAttempts, "max-attempts", gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
-	fs.IntVar(&o.ejectAfter, "eject-after", gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
-	fs.DurationVar(&o.ejectFor, "eject-for", gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
-	fs.IntVar(&o.maxPerMember, "max-per-member", gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
-	fs.IntVar(&o.hostPerMinute, "member-host-requests-per-minute", 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
-	fs.StringVar(&o.banStatuses, "ban-statuses", "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
-	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
-	fs.DurationVar(&o.banFor, "ban-for", gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator gateway --pools a,b [flags]")
-			fs.PrintDefaults()
-		}
-		return fmt.Errorf("gateway: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("gateway: unexpected arguments %q", fs.Args())
-	}
-	var pools []string
-	for p := range strings.SplitSeq(o.pools, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			pools = append(pools, p)
-		}
-	}
-	if len(pools) == 0 || o.namespace == "" {
-		return errors.New("gateway: --pools and --namespace (or $" + gateway.EnvNamespace + ") are required")
-	}
-	banStatuses, err := parseStatuses(o.banStatuses)
+	o, err := parseGatewayFlags(args, env.Getenv)
 	if err != nil {
-		return fmt.Errorf("gateway: --ban-statuses: %w", err)
+		return err
 	}
-	ranges, err := egress.ParsePrefixes(o.allowedRanges)
+	reg, gm, fm, err := gatewayMetrics()
 	if err != nil {
-		return fmt.Errorf("gateway: --allowed-source-ranges: %w", err)
-	}
-	user, pass := env.Getenv(gateway.EnvUsername), env.Getenv(gateway.EnvPassword)
-	if user == "" && len(ranges) > 0 {
-		// Without credentials the ranges are all that keeps it closed,
-		// with the same bound as a proxy's.
-		if err := egress.CheckOpenSources(ranges); err != nil {
-			return fmt.Errorf("gateway: refusing to run an open gateway: --allowed-source-ranges without credentials: %w", err)
-		}
-	}
-	log := env.Log
-	reg := prometheus.NewRegistry()
-	if err := errors.Join(reg.Register(collectors.NewGoCollector()), reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
-		return fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-	gm, err := gateway.NewMetrics(reg)
-	if err != nil {
-		return fmt.Errorf("gateway: registering metrics: %w", err)
-	}
-	fm, err := forwardproxy.NewMetrics(reg)
-	if err != nil {
-		return fmt.Errorf("gateway: registering metrics: %w", err)
+		return err
 	}
 	// Spans per request and tunnel when the OTEL_* variables ask for
 	// them, as for the operator.
@@ -213,10 +148,9 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := shutdownTracing(flushCtx); err != nil {
-			log.Error(err, "flushing spans")
+			env.Log.Error(err, "flushing spans")
 		}
 	}()
-	set := gateway.NewSet()
 	// Ejections become events once the API clients exist (below).
 	var recorded atomic.Pointer[gatewayEvents]
 	onEject := func(m *gateway.Member, cause string, until time.Time) {
@@ -224,19 +158,8 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 			ev.ejected(m, cause, until, o.ejectAfter)
 		}
 	}
-	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: user, Password: pass, OnEject: onEject,
-		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
-		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: banStatuses, BanFor: o.banFor,
-		StallTimeout: o.idleTimeout, Metrics: gm, Log: log.WithName("members"), Now: env.Now})
-	if err != nil {
-		return err
-	}
-	po := gateway.ProxyOptions{AllowedSourceRanges: ranges, MaxConcurrent: o.maxConcurrent,
-		IdleTimeout: o.idleTimeout, Metrics: fm, Log: log.WithName("forward")}
-	if o.accessLog {
-		po.AccessLog = log.WithName("access")
-	}
-	p, err := gateway.NewProxy(g, po)
+	set := gateway.NewSet()
+	g, p, err := newGatewayProxy(o, env, set, tracer, gm, fm, onEject)
 	if err != nil {
 		return err
 	}
@@ -255,39 +178,154 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	defer ev.stop()
 	recorded.Store(ev)
 
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", o.listen)
+	ln, adminLn, err := listenGateway(ctx, o)
 	if err != nil {
-		return fmt.Errorf("gateway: --listen: %w", err)
+		return err
 	}
-	adminLn, err := lc.Listen(ctx, "tcp", o.adminListen)
-	if err != nil {
-		_ = ln.Close()
-		return fmt.Errorf("gateway: --admin-listen: %w", err)
-	}
-	log.Info("gateway listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(), "namespace", o.namespace,
-		"pools", pools, "strategy", o.strategy, "auth", map[bool]string{true: "basic", false: "none"}[user != ""],
-		"allowedSourceRanges", fmt.Sprint(ranges))
+	env.Log.Info("gateway listening", "listen", ln.Addr().String(), "admin", adminLn.Addr().String(), "namespace", o.namespace,
+		"pools", o.pools, "strategy", o.strategy, "auth", map[bool]string{true: "basic", false: "none"}[o.user != ""],
+		"allowedSourceRanges", fmt.Sprint(o.ranges))
 	if env.Ready != nil {
 		env.Ready(GatewayReplica{Addr: ln.Addr(), AdminAddr: adminLn.Addr(), Members: set})
 	}
+	err = serveGateway(ctx, o, clients, env.Log, g, set, gm, p, ln, adminLn, gatewayAdminHandler(reg, set))
+	env.Log.Info("gateway stopped")
+	return err
+}
 
+// parseGatewayFlags reads the flags and the credentials of getenv, and
+// refuses what would not serve or would serve everyone.
+func parseGatewayFlags(args []string, getenv func(string) string) (gatewayOptions, error) {
+	var o gatewayOptions
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&o.listen, published.GatewayFlagListen, ":3128", "Address of the gateway.")
+	fs.StringVar(&o.adminListen, published.GatewayFlagAdminListen, ":9090", "Address of /healthz, /readyz (ready once there are members) and /metrics.")
+	fs.StringVar(&o.namespace, "namespace", getenv(published.EnvPodNamespace), "Namespace of the pools (default: $"+published.EnvPodNamespace+").")
+	fs.StringVar(&o.gateway, published.GatewayFlagGateway, "", "The ProxyGateway whose spec.bans (an administrator's bans, kubectl egress ban) the gateway honours; empty: none.")
+	fs.StringVar(&o.poolList, published.GatewayFlagPools, "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
+	fs.StringVar(&o.strategy, published.GatewayFlagStrategy, string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
+	fs.StringVar(&o.allowedRanges, published.GatewayFlagAllowedSourceRanges, "", "Comma-separated CIDRs of the clients served; required without credentials.")
+	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long requests and tunnels in flight may go on.")
+	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
+	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
+	o.serve = serveFlags(fs)
+	fs.IntVar(&o.maxAttempts, published.GatewayFlagMaxAttempts, gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
+	fs.IntVar(&o.ejectAfter, published.GatewayFlagEjectAfter, gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
+	fs.DurationVar(&o.ejectFor, published.GatewayFlagEjectFor, gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
+	fs.IntVar(&o.maxPerMember, published.GatewayFlagMaxPerMember, gateway.DefaultMaxPerMember, "Requests and tunnels one member carries at once; when every member is at it, 429.")
+	fs.IntVar(&o.hostPerMinute, published.GatewayFlagHostPerMinute, 0, "When set, requests and tunnels per minute through one member to one destination host; past it, as past --max-per-member.")
+	fs.StringVar(&o.banStatusList, published.GatewayFlagBanStatuses, "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
+	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
+	fs.DurationVar(&o.banFor, published.GatewayFlagBanFor, gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
+	if err := parseSubcommand(fs, args, "gateway --pools a,b [flags]"); err != nil {
+		return o, err
+	}
+	if err := checkServeFlags(o.serve); err != nil {
+		return o, fmt.Errorf("gateway: %w", err)
+	}
+	for p := range strings.SplitSeq(o.poolList, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			o.pools = append(o.pools, p)
+		}
+	}
+	if len(o.pools) == 0 || o.namespace == "" {
+		return o, errors.New("gateway: --pools and --namespace (or $" + published.EnvPodNamespace + ") are required")
+	}
+	var err error
+	if o.banStatuses, err = parseStatuses(o.banStatusList); err != nil {
+		return o, fmt.Errorf("gateway: --ban-statuses: %w", err)
+	}
+	if o.ranges, err = egress.ParsePrefixes(o.allowedRanges); err != nil {
+		return o, fmt.Errorf("gateway: --allowed-source-ranges: %w", err)
+	}
+	o.user, o.pass = getenv(published.EnvGatewayUsername), getenv(published.EnvGatewayPassword)
+	if o.user == "" && len(o.ranges) > 0 {
+		// Without credentials the ranges are all that keeps it closed,
+		// with the same bound as a proxy's.
+		if err := egress.CheckOpenSources(o.ranges); err != nil {
+			return o, fmt.Errorf("gateway: refusing to run an open gateway: --allowed-source-ranges without credentials: %w", err)
+		}
+	}
+	return o, nil
+}
+
+// gatewayMetrics is the replica's registry, with the runtime's, the
+// gateway's and its forward proxy's collectors.
+func gatewayMetrics() (*prometheus.Registry, *gateway.Metrics, *forwardproxy.Metrics, error) {
+	reg := prometheus.NewRegistry()
+	if err := errors.Join(reg.Register(collectors.NewGoCollector()), reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))); err != nil {
+		return nil, nil, nil, fmt.Errorf("gateway: registering metrics: %w", err)
+	}
+	gm, err := gateway.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("gateway: registering metrics: %w", err)
+	}
+	fm, err := forwardproxy.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("gateway: registering metrics: %w", err)
+	}
+	return reg, gm, fm, nil
+}
+
+// newGatewayProxy builds the gateway over set and the forward proxy in
+// front of it.
+func newGatewayProxy(o gatewayOptions, env GatewayEnv, set *gateway.Set, tracer trace.Tracer, gm *gateway.Metrics, fm *forwardproxy.Metrics,
+	onEject func(*gateway.Member, string, time.Time)) (*gateway.Gateway, *forwardproxy.Proxy, error) {
+	g, err := gateway.New(gateway.Config{Tracer: tracer, Members: set, Username: o.user, Password: o.pass, OnEject: onEject,
+		Strategy: gateway.Strategy(o.strategy), DialTimeout: o.dialTimeout, MaxAttempts: o.maxAttempts, EjectAfter: o.ejectAfter, EjectFor: o.ejectFor,
+		MaxPerMember: o.maxPerMember, HostRate: float64(o.hostPerMinute) / 60, BanStatuses: o.banStatuses, BanFor: o.banFor,
+		StallTimeout: o.idleTimeout, Metrics: gm, Log: env.Log.WithName("members"), Now: env.Now})
+	if err != nil {
+		return nil, nil, err
+	}
+	po := gateway.ProxyOptions{AllowedSourceRanges: o.ranges, MaxConcurrent: o.maxConcurrent,
+		IdleTimeout: o.idleTimeout, Metrics: fm, Log: env.Log.WithName("forward")}
+	if o.accessLog {
+		po.AccessLog = env.Log.WithName("access")
+	}
+	p, err := gateway.NewProxy(g, po)
+	if err != nil {
+		return nil, nil, err
+	}
+	return g, p, nil
+}
+
+// listenGateway opens the client port and the admin port.
+func listenGateway(ctx context.Context, o gatewayOptions) (ln, adminLn net.Listener, err error) {
+	var lc net.ListenConfig
+	if ln, err = lc.Listen(ctx, "tcp", o.listen); err != nil {
+		return nil, nil, fmt.Errorf("gateway: --listen: %w", err)
+	}
+	if adminLn, err = lc.Listen(ctx, "tcp", o.adminListen); err != nil {
+		_ = ln.Close()
+		return nil, nil, fmt.Errorf("gateway: --admin-listen: %w", err)
+	}
+	return ln, adminLn, nil
+}
+
+// serveGateway runs the watches and both servers until ctx is done, and
+// stops them in order: the client port drains first, while the member
+// watch and the admin server go on, so that draining tunnels keep their
+// members and /metrics shows the drain; then the admin server, the
+// watches and the idle member connections.
+func serveGateway(ctx context.Context, o gatewayOptions, clients GatewayClients, log logr.Logger, g *gateway.Gateway, set *gateway.Set,
+	gm *gateway.Metrics, p *forwardproxy.Proxy, ln, adminLn net.Listener, admin http.Handler) error {
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	var watches sync.WaitGroup
-	watches.Go(func() { gateway.Watch(watchCtx, clients.Core, o.namespace, pools, set, gm, log.WithName("watch")) })
+	watches.Go(func() { gateway.Watch(watchCtx, clients.Core, o.namespace, o.pools, set, gm, log.WithName("watch")) })
 	if o.gateway != "" {
 		watches.Go(func() {
 			gateway.WatchAdminBans(watchCtx, clients.Dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
 		})
 	}
-	// The member watch and the admin server outlive the drain, so that
-	// draining tunnels keep their members and /metrics shows the drain.
 	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
 	results := make(chan error, 2)
 	go func() {
-		err := forwardproxy.ServeWith(ctx, ln, p, forwardproxy.ServeOptions{Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections,
-			MaxConnectionsPerSource: o.maxPerSource, MaxUnauthenticated: o.maxUnauth, MaxUnauthenticatedPerSource: o.maxUnauthPerSource,
-			FirstRequestTimeout: o.firstRequest})
+		so := *o.serve
+		so.Drain = o.drain
+		err := forwardproxy.ServeWith(ctx, ln, p, so)
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --listen %s: %w", o.listen, err)
 		}
@@ -295,7 +333,7 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 		results <- err
 	}()
 	go func() {
-		err := forwardproxy.ServeWith(adminCtx, adminLn, gatewayAdminHandler(reg, set), AdminServeOptions)
+		err := forwardproxy.ServeWith(adminCtx, adminLn, admin, AdminServeOptions)
 		if err != nil {
 			err = fmt.Errorf("gateway: serving --admin-listen %s: %w", o.adminListen, err)
 		}
@@ -305,7 +343,6 @@ func RunGateway(ctx context.Context, args []string, env GatewayEnv) error {
 	stopWatch()
 	watches.Wait()
 	g.CloseIdleConnections()
-	log.Info("gateway stopped")
 	return errors.Join(errs...)
 }
 

@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -16,7 +14,7 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
@@ -63,28 +61,12 @@ func refusedTotal(admin, cause string) (int, error) {
 // connections, the same flood filled --max-connections and the client got
 // 503.
 func TestSilentConnectionsLeaveClientsServed(t *testing.T) {
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "its own page")
-	}))
-	t.Cleanup(origin.Close)
-	member, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
-		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, stopMember := context.WithCancel(context.Background())
-	t.Cleanup(stopMember)
-	go func() { _ = forwardproxy.Serve(mctx, mln, member, 0) }()
-
+	origin, member := memberAndOrigin(t, "its own page")
 	cs := fake.NewClientset()
-	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()})
+	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + member.String()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	getenv := envOf(map[string]string{published.EnvGatewayUsername: "ugw", published.EnvGatewayPassword: "gateway-password-123456", published.EnvPodNamespace: "crawlers"})
 	const (
 		maxConnections  = 300
 		unauthenticated = 40

@@ -18,7 +18,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
@@ -43,11 +45,16 @@ func publish(t *testing.T, cs *fake.Clientset, members ...gateway.Entry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().Secrets("crawlers").Create(t.Context(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"},
+	// The pool controller's labels and controller reference, without
+	// which the gateway ignores the list.
+	meta := metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies",
+		Labels:          map[string]string{published.LabelManagedBy: published.ManagedBy, crawlv1alpha1.LabelPool: "crawl"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: crawlv1alpha1.GroupVersion.String(), Kind: "ProxyPool", Name: "crawl", UID: "uid-of-crawl", Controller: ptr.To(true)}}}
+	if _, err := cs.CoreV1().Secrets("crawlers").Create(t.Context(), &corev1.Secret{ObjectMeta: meta,
 		Data: map[string][]byte{published.ListKeyJSON: js}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "crawl-proxies"}},
+	if _, err := cs.CoreV1().ConfigMaps("crawlers").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: meta},
 		metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +64,16 @@ func publish(t *testing.T, cs *fake.Clientset, members ...gateway.Entry) {
 // pool's published Secret, is ready only once it names a member, sends a
 // request through that member with the gateway's credentials, and stops
 // cleanly.
-func TestRunGatewayServesThePoolsMembers(t *testing.T) {
-	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "hello from the origin")
+// memberAndOrigin starts an origin that answers page and a member (our
+// forward proxy, user umember) that may reach it, both on loopback until
+// the test ends.
+func memberAndOrigin(t *testing.T, page string) (origin *httptest.Server, member net.Addr) {
+	t.Helper()
+	origin = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, page)
 	}))
 	t.Cleanup(origin.Close)
-	member, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
+	p, err := forwardproxy.New(forwardproxy.Config{Username: "umember", Password: "member-password-123456",
 		Egress: egress.Policy{AllowCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}})
 	if err != nil {
 		t.Fatal(err)
@@ -71,15 +82,21 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mctx, stopMember := context.WithCancel(context.Background())
-	t.Cleanup(stopMember)
-	go func() { _ = forwardproxy.Serve(mctx, mln, member, 0) }()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = forwardproxy.Serve(ctx, mln, p, 0) }()
+	t.Cleanup(func() { stop(); <-done })
+	return origin, mln.Addr()
+}
+
+func TestRunGatewayServesThePoolsMembers(t *testing.T) {
+	origin, member := memberAndOrigin(t, "hello from the origin")
 
 	cs := fake.NewClientset()
 	// The default level, as the operator's binary logs.
 	logs := &logbuf.Buffer{}
 	log := logs.Logger(0)
-	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	getenv := envOf(map[string]string{published.EnvGatewayUsername: "ugw", published.EnvGatewayPassword: "gateway-password-123456", published.EnvPodNamespace: "crawlers"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	readyCalled := make(chan GatewayReplica, 1)
@@ -103,7 +120,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 	if got := readyz(); got != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without members: %d; want 503", got)
 	}
-	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + mln.Addr().String()})
+	publish(t, cs, gateway.Entry{Name: "crawl-a", URL: "http://umember:member-password-123456@" + member.String()})
 	poll.Until(t, gatewayWait, func() (bool, string) { return readyz() == http.StatusOK, "/readyz once the list names a member" })
 
 	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: a.Addr.String(), User: url.UserPassword("ugw", "gateway-password-123456")})}
@@ -147,7 +164,7 @@ func TestRunGatewayServesThePoolsMembers(t *testing.T) {
 // a replica that never ran.
 func TestRunGatewayRefuses(t *testing.T) {
 	none := func() (GatewayClients, error) { return GatewayClients{Core: fake.NewClientset()}, nil }
-	creds := map[string]string{gateway.EnvNamespace: "ns", gateway.EnvUsername: "u", gateway.EnvPassword: "p"}
+	creds := map[string]string{published.EnvPodNamespace: "ns", published.EnvGatewayUsername: "u", published.EnvGatewayPassword: "p"}
 	for _, tc := range []struct {
 		reason string
 		args   []string
@@ -155,13 +172,15 @@ func TestRunGatewayRefuses(t *testing.T) {
 		want   string // in the error
 	}{
 		{"no pools", nil, creds, "--pools"},
-		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{gateway.EnvNamespace: "ns"}, "open gateway"},
+		{"no credentials and no source ranges", []string{"--pools", "a"}, map[string]string{published.EnvPodNamespace: "ns"}, "open gateway"},
 		{"an unknown strategy", []string{"--pools", "a", "--strategy", "fastest"}, creds, "fastest"},
-		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{gateway.EnvNamespace: "ns"}, "--allowed-source-ranges"},
-		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{gateway.EnvNamespace: "ns"}, "open gateway"},
+		{"a bad range", []string{"--pools", "a", "--allowed-source-ranges", "10.0.0.0/33"}, map[string]string{published.EnvPodNamespace: "ns"}, "--allowed-source-ranges"},
+		{"ranges that open it to the world without credentials", []string{"--pools", "a", "--allowed-source-ranges", "0.0.0.0/1"}, map[string]string{published.EnvPodNamespace: "ns"}, "open gateway"},
 		{"a ban status that is not a number", []string{"--pools", "a", "--ban-statuses", "429,too-many"}, creds, "too-many"},
 		{"a member's failure as a ban status", []string{"--pools", "a", "--ban-statuses", "429,502"}, creds, "502"},
 		{"no ban status", []string{"--pools", "a", "--ban-statuses", ","}, creds, "no status code"},
+		{"no room for a connection before it authenticates", []string{"--pools", "a", "--max-unauthenticated", "0"}, creds, "--max-unauthenticated"},
+		{"a negative first-request deadline", []string{"--pools", "a", "--first-request-timeout", "-1s"}, creds, "--first-request-timeout"},
 	} {
 		_, wait, err := StartGateway(t.Context(), append(tc.args, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"),
 			GatewayEnv{Getenv: envOf(tc.env), Clients: none, Log: logr.Discard()})
@@ -188,7 +207,7 @@ func TestRunGatewayRecordsEjections(t *testing.T) {
 	publish(t, cs, gateway.Entry{Name: "crawl-dead", URL: "http://umember:member-password-123456@" + deadAddr})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	getenv := envOf(map[string]string{gateway.EnvUsername: "ugw", gateway.EnvPassword: "gateway-password-123456", gateway.EnvNamespace: "crawlers"})
+	getenv := envOf(map[string]string{published.EnvGatewayUsername: "ugw", published.EnvGatewayPassword: "gateway-password-123456", published.EnvPodNamespace: "crawlers"})
 	a, wait, err := StartGateway(ctx, []string{"--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--pools", "crawl", "--drain", "1s",
 		"--eject-after", "2", "--max-attempts", "1"},
 		GatewayEnv{Getenv: getenv, Clients: func() (GatewayClients, error) { return GatewayClients{Core: cs}, nil }, Log: logr.Discard()})

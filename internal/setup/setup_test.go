@@ -38,7 +38,7 @@ func kinds(o cache.Options) map[string][]string {
 // ConfigMaps they publish and a gateway's objects, each by the managed-by
 // label, in every namespace.
 func controllersOwn(more map[string][]string) map[string][]string {
-	out := map[string][]string{"ConfigMap": {}, "Deployment": {}, "PodDisruptionBudget": {}, "Role": {},
+	out := map[string][]string{"ConfigMap": {}, "Deployment": {}, "NetworkPolicy": {}, "PodDisruptionBudget": {}, "Role": {},
 		"RoleBinding": {}, "Service": {}, "ServiceAccount": {}}
 	maps.Copy(out, more)
 	return out

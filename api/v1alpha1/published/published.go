@@ -28,6 +28,16 @@ const (
 	ListKeyJSON = "proxies.json"
 )
 
+// Labels of a pool's published Secret and ConfigMap: LabelManagedBy with
+// the value ManagedBy, and crawl.example.com/pool (v1alpha1.LabelPool)
+// with the pool's name. With them each carries a controller reference to
+// its ProxyPool; a reader (the gateway) follows only an object that has
+// all three.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "egress-proxies-operator"
+)
+
 // ListName is the name of a pool's published Secret and ConfigMap.
 func ListName(pool string) string { return pool + "-proxies" }
 

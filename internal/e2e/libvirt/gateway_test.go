@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
@@ -158,7 +159,13 @@ func publishMembers(ctx context.Context, t *testing.T, ns string, proxies []*cra
 // ConfigMap (the gateway reads the Secret when the ConfigMap changes).
 func writeList(ctx context.Context, t *testing.T, ns string, withCreds, without []published.ListEntry) {
 	t.Helper()
-	meta := metav1.ObjectMeta{Namespace: ns, Name: published.ListName(labPool)}
+	// The labels and controller reference the pool controller sets, which
+	// the gateway requires; there is no ProxyPool labPool (envtest runs no
+	// garbage collector to delete the list for want of its owner).
+	meta := metav1.ObjectMeta{Namespace: ns, Name: published.ListName(labPool),
+		Labels: map[string]string{published.LabelManagedBy: published.ManagedBy, crawlv1alpha1.LabelPool: labPool},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: crawlv1alpha1.GroupVersion.String(), Kind: "ProxyPool", Name: labPool,
+			UID: "00000000-0000-0000-0000-00000000aaaa", Controller: ptr.To(true)}}}
 	txt, js := published.RenderList(withCreds)
 	secret := &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{published.ListKeyText: txt, published.ListKeyJSON: js}}
@@ -235,7 +242,7 @@ func startReplica(ctx context.Context, t *testing.T, wg *sync.WaitGroup, podCfg 
 	if err != nil {
 		t.Fatal(err)
 	}
-	environ := map[string]string{gateway.EnvUsername: user, gateway.EnvPassword: pass, gateway.EnvNamespace: ns}
+	environ := map[string]string{published.EnvGatewayUsername: user, published.EnvGatewayPassword: pass, published.EnvPodNamespace: ns}
 	args := []string{"--listen=127.0.0.1:0", "--admin-listen=127.0.0.1:0", "--pools=" + labPool, "--gateway=" + labGateway,
 		"--drain=1s", "--access-log=false"}
 	r, wait, err := setup.StartGateway(ctx, args, setup.GatewayEnv{

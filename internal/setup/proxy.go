@@ -1,4 +1,4 @@
-package main
+package setup
 
 import (
 	"context"
@@ -19,7 +19,6 @@ import (
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
-	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 )
 
 // Environment variables that carry the proxy's credentials when
@@ -46,23 +45,32 @@ type proxyOptions struct {
 	idleTimeout    time.Duration
 	egress         *egress.Flags
 	maxConcurrent  int
-	maxConnections int
-	readHeader     time.Duration
+	serve          *forwardproxy.ServeOptions
 	responseHeader time.Duration
 	accessLog      bool
 }
 
-// runProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
-// the proxy pods, until ctx is done; then it drains and returns nil. args
-// are the arguments after "proxy"; getenv reads the environment (os.Getenv).
-func runProxy(ctx context.Context, args []string, getenv func(string) string, log logr.Logger) error {
-	return serveProxy(ctx, args, getenv, log, nil)
+// ProxyEnv is what a proxy pod's forward proxy takes from where it runs,
+// beside its flags.
+type ProxyEnv struct {
+	// Getenv reads the environment (os.Getenv in a pod): the credentials
+	// when --credentials-dir is not set, and the Kubernetes Service
+	// address that the proxy refuses as a destination.
+	Getenv func(string) string
+	// Log is the proxy's logger.
+	Log logr.Logger
+	// Ready, when set, is called with the proxy's and the admin server's
+	// addresses once both listen (tests listen on port 0 and learn the
+	// ports there; admin is nil when --admin-listen=0).
+	Ready func(proxy, admin net.Addr)
 }
 
-// serveProxy is runProxy; ready, when not nil, is called with the proxy's
-// and the admin server's addresses once both listen (tests listen on port
-// 0 and learn the ports there).
-func serveProxy(ctx context.Context, args []string, getenv func(string) string, log logr.Logger, ready func(proxy, admin net.Addr)) error {
+// RunProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
+// the proxy pods, until ctx is done; then it drains and returns nil. args
+// are the arguments after "proxy". It is wired here, beside RunGateway, so
+// that the binary and the tests run the same wiring.
+func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
+	getenv, log, ready := env.Getenv, env.Log, env.Ready
 	var o proxyOptions
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -77,20 +85,11 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	o.egress = egress.BindFlags(fs)
 	fs.Lookup(egress.FlagDenyCIDRs).Usage += " The API server's Service address (" + envKubernetesServiceHost + ") always is."
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	fs.IntVar(&o.maxConnections, "max-connections", forwardproxy.DefaultMaxConnections, "Client connections open at once; more get 503 and are closed.")
-	fs.DurationVar(&o.readHeader, "read-header-timeout", forwardproxy.DefaultReadHeaderTimeout, "Time a client has to send a request's headers.")
+	o.serve = serveFlags(fs)
 	fs.DurationVar(&o.responseHeader, "response-header-timeout", forwardproxy.DefaultResponseHeaderTimeout, "Time an upstream server has to answer with its headers; 504 past it.")
 	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, user, destination, status, bytes, duration; never a credential); false: only at -v 1.")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(os.Stderr)
-			fmt.Fprintln(os.Stderr, "Usage: egress-proxies-operator proxy [flags]")
-			fs.PrintDefaults()
-		}
-		return fmt.Errorf("proxy: %w", err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("proxy: unexpected arguments %q", fs.Args())
+	if err := parseSubcommand(fs, args, "proxy [flags]"); err != nil {
+		return err
 	}
 	cfg, err := o.config(getenv)
 	if err != nil {
@@ -152,9 +151,9 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	stopLogging := context.AfterFunc(ctx, func() { log.Info("forward proxy shutting down", "drain", o.drain) })
 	defer stopLogging()
 	go func() {
-		err := forwardproxy.ServeWith(proxyCtx, proxyLn, p, forwardproxy.ServeOptions{
-			Drain: o.drain, ReadHeaderTimeout: o.readHeader, MaxConnections: o.maxConnections,
-		})
+		so := *o.serve
+		so.Drain = o.drain
+		err := forwardproxy.ServeWith(proxyCtx, proxyLn, p, so)
 		if err != nil {
 			err = fmt.Errorf("proxy: serving --listen %s: %w", o.listen, err)
 		}
@@ -165,7 +164,7 @@ func serveProxy(ctx context.Context, args []string, getenv func(string) string, 
 	if adminLn != nil {
 		running++
 		go func() {
-			err := forwardproxy.ServeWith(adminCtx, adminLn, setup.AdminHandler(reg), setup.AdminServeOptions)
+			err := forwardproxy.ServeWith(adminCtx, adminLn, AdminHandler(reg), AdminServeOptions)
 			if err != nil {
 				err = fmt.Errorf("proxy: serving --admin-listen %s: %w", o.adminListen, err)
 			}
@@ -189,11 +188,16 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 		AllowOpen: o.allowOpen, DialTimeout: o.dialTimeout, IdleTimeout: o.idleTimeout,
 		ResponseHeaderTimeout: o.responseHeader, MaxConcurrent: o.maxConcurrent,
 	}
-	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 || o.readHeader < 0 || o.responseHeader < 0 {
-		return cfg, errors.New("--drain, --dial-timeout, --idle-timeout, --read-header-timeout and --response-header-timeout must not be negative")
+	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 || o.responseHeader < 0 {
+		return cfg, errors.New("--drain, --dial-timeout, --idle-timeout and --response-header-timeout must not be negative")
 	}
-	if o.maxConcurrent < 1 || o.maxConnections < 1 {
-		return cfg, errors.New("--max-concurrent and --max-connections must be at least 1")
+	if o.maxConcurrent < 1 {
+		return cfg, errors.New("--max-concurrent must be at least 1")
+	}
+	if o.serve != nil {
+		if err := checkServeFlags(o.serve); err != nil {
+			return cfg, err
+		}
 	}
 	var err error
 	if cfg.AllowedSourceRanges, err = egress.ParsePrefixes(o.allowedRanges); err != nil {

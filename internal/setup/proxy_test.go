@@ -1,4 +1,4 @@
-package main
+package setup
 
 import (
 	"bufio"
@@ -80,7 +80,7 @@ func TestRunProxyServes(t *testing.T) {
 	// The environment's credentials lose to the directory's.
 	env := proxyEnv(map[string]string{envProxyUsername: "envuser", envProxyPassword: "envpass"})
 	go func() {
-		done <- serveProxy(ctx, args, env, log, func(proxy, admin net.Addr) { ready <- addrs{proxy, admin} })
+		done <- RunProxy(ctx, args, ProxyEnv{Getenv: env, Log: log, Ready: func(proxy, admin net.Addr) { ready <- addrs{proxy, admin} }})
 	}()
 	var a addrs
 	listening := time.NewTimer(proxyWait)
@@ -88,9 +88,9 @@ func TestRunProxyServes(t *testing.T) {
 	select {
 	case a = <-ready:
 	case err := <-done:
-		t.Fatalf("runProxy returned %v before listening", err)
+		t.Fatalf("RunProxy returned %v before listening", err)
 	case <-listening.C:
-		t.Fatal("runProxy did not listen")
+		t.Fatal("RunProxy did not listen")
 	}
 
 	for _, tc := range []struct {
@@ -149,7 +149,7 @@ func TestRunProxyServes(t *testing.T) {
 	}
 
 	// A CONNECT tunnel open at shutdown lives on during the --drain
-	// period (a minute here), and runProxy returns once it ends.
+	// period (a minute here), and RunProxy returns once it ends.
 	tunnel := proxyConnect(t, a.proxy.String(), strings.TrimPrefix(origin.URL, "http://"), "crawler", proxyPassword)
 	cancel()
 	proxyEventually(t, "new connections refused", func() bool {
@@ -166,8 +166,8 @@ func TestRunProxyServes(t *testing.T) {
 		t.Errorf("request through a tunnel during the drain = %q, %v", got, err)
 	}
 	_ = tunnel.Close()
-	if err := poll.Receive(t, proxyWait, "runProxy returning after its context was cancelled and the tunnel closed", done); err != nil {
-		t.Errorf("runProxy = %v after shutdown, want nil", err)
+	if err := poll.Receive(t, proxyWait, "RunProxy returning after its context was cancelled and the tunnel closed", done); err != nil {
+		t.Errorf("RunProxy = %v after shutdown, want nil", err)
 	}
 	out := logs.String()
 	for _, want := range []string{`"msg"="forward proxy listening"`, `"auth"="basic"`, `"msg"="request"`, `"msg"="forward proxy stopped"`} {
@@ -332,14 +332,14 @@ func TestRunProxyRefuses(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// A cancelled context: if runProxy wrongly accepts the
+			// A cancelled context: if RunProxy wrongly accepts the
 			// arguments, it stops at once and returns nil.
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0"}, tc.args...)
-			err := runProxy(ctx, args, proxyEnv(tc.env), funcr.New(func(string, string) {}, funcr.Options{}))
+			err := RunProxy(ctx, args, ProxyEnv{Getenv: proxyEnv(tc.env), Log: funcr.New(func(string, string) {}, funcr.Options{})})
 			if err == nil {
-				t.Fatalf("%s: runProxy accepted %q", tc.reason, tc.args)
+				t.Fatalf("%s: RunProxy accepted %q", tc.reason, tc.args)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -407,13 +407,13 @@ func TestRunProxyEgress(t *testing.T) {
 			}
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0", "--drain", "1s"}, tc.args...)
 			go func() {
-				done <- serveProxy(ctx, args, proxyEnv(env), funcr.New(func(string, string) {}, funcr.Options{}),
-					func(proxy, _ net.Addr) { ready <- proxy })
+				done <- RunProxy(ctx, args, ProxyEnv{Getenv: proxyEnv(env), Log: funcr.New(func(string, string) {}, funcr.Options{}),
+					Ready: func(proxy, _ net.Addr) { ready <- proxy }})
 			}()
 			t.Cleanup(func() {
 				cancel()
 				if err := <-done; err != nil {
-					t.Errorf("runProxy: %v", err)
+					t.Errorf("RunProxy: %v", err)
 				}
 			})
 			var addr net.Addr
@@ -422,9 +422,9 @@ func TestRunProxyEgress(t *testing.T) {
 			select {
 			case addr = <-ready:
 			case err := <-done:
-				t.Fatalf("runProxy returned %v before listening", err)
+				t.Fatalf("RunProxy returned %v before listening", err)
 			case <-listening.C:
-				t.Fatal("runProxy did not listen")
+				t.Fatal("RunProxy did not listen")
 			}
 			req := "GET " + origin.URL + "/ HTTP/1.1\r\nHost: " + originHost + "\r\n"
 			if tc.connect {
@@ -489,8 +489,10 @@ func TestRunProxyAccessLog(t *testing.T) {
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0", "--drain", "1s",
 				"--egress-allow-cidrs", "127.0.0.0/8", "--connect-ports", "1024-65535"}, tc.args...)
 			env := proxyEnv(map[string]string{envProxyUsername: "crawler", envProxyPassword: proxyPassword})
-			go func() { done <- serveProxy(ctx, args, env, log, func(proxy, _ net.Addr) { ready <- proxy }) }()
-			addr := poll.Receive(t, proxyWait, "runProxy to listen", ready).String()
+			go func() {
+				done <- RunProxy(ctx, args, ProxyEnv{Getenv: env, Log: log, Ready: func(proxy, _ net.Addr) { ready <- proxy }})
+			}()
+			addr := poll.Receive(t, proxyWait, "RunProxy to listen", ready).String()
 
 			for _, user := range []*url.Userinfo{
 				url.UserPassword("crawler", proxyPassword),
@@ -516,7 +518,7 @@ func TestRunProxyAccessLog(t *testing.T) {
 			}
 			_ = tunnel.Close()
 			cancel()
-			if err := poll.Receive(t, proxyWait, "runProxy to return", done); err != nil {
+			if err := poll.Receive(t, proxyWait, "RunProxy to return", done); err != nil {
 				t.Fatal(err)
 			}
 
