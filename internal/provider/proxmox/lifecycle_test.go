@@ -36,15 +36,25 @@ func (h *harness) createUntil(p *Provider, req provider.Request, step string) {
 // lets go (the finalizer is released).
 func (h *harness) finalizerDelete(p *Provider, ownerUID string) {
 	h.t.Helper()
+	for _, id := range h.instancesOf(p, ownerUID) {
+		h.deleteAll(p, id)
+	}
+}
+
+// instancesOf are the IDs ListByTag reports for an owner.
+func (h *harness) instancesOf(p *Provider, ownerUID string) []provider.ID {
+	h.t.Helper()
 	insts, err := p.ListByTag(h.ctx)
 	if err != nil {
 		h.t.Fatalf("ListByTag: %v", err)
 	}
+	var ids []provider.ID
 	for _, in := range insts {
 		if in.OwnerUID == ownerUID {
-			h.deleteAll(p, in.ID)
+			ids = append(ids, in.ID)
 		}
 	}
+	return ids
 }
 
 // gcPass does what a garbage collection pass does once the grace period is

@@ -122,15 +122,9 @@ func TestDeleteWaitsForTheSeedUploadInFlight(t *testing.T) {
 // finds the instance of a Proxy deleted before its ID was recorded.
 func (h *harness) instanceOf(p *Provider, ownerUID string) provider.ID {
 	h.t.Helper()
-	insts, err := p.ListByTag(h.ctx)
-	if err != nil {
-		h.t.Fatalf("ListByTag: %v", err)
+	ids := h.instancesOf(p, ownerUID)
+	if len(ids) == 0 {
+		h.t.Fatalf("ListByTag reports no instance of %s", ownerUID)
 	}
-	for _, in := range insts {
-		if in.OwnerUID == ownerUID {
-			return in.ID
-		}
-	}
-	h.t.Fatalf("ListByTag reports no instance of %s: %v", ownerUID, insts)
-	return ""
+	return ids[0]
 }
