@@ -99,7 +99,6 @@ type gatewayOptions struct {
 	gateway             string
 	strategy            string
 	allowedRanges       string
-	drain               time.Duration
 	dialTimeout         time.Duration
 	idleTimeout         time.Duration
 	maxConcurrent       int
@@ -206,7 +205,6 @@ func parseGatewayFlags(args []string, getenv func(string) string) (gatewayOption
 	fs.StringVar(&o.poolList, published.GatewayFlagPools, "", "Comma-separated ProxyPools whose Serving members the gateway sends to (their Secrets <pool>-proxies).")
 	fs.StringVar(&o.strategy, published.GatewayFlagStrategy, string(gateway.RoundRobin), "How a member is picked: roundRobin, random or leastConnections.")
 	fs.StringVar(&o.allowedRanges, published.GatewayFlagAllowedSourceRanges, "", "Comma-separated CIDRs of the clients served; required without credentials.")
-	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long requests and tunnels in flight may go on.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
@@ -309,7 +307,8 @@ func listenGateway(ctx context.Context, o gatewayOptions) (ln, adminLn net.Liste
 // stops them in order: the client port drains first, while the member
 // watch and the admin server go on, so that draining tunnels keep their
 // members and /metrics shows the drain; then the admin server, the
-// watches and the idle member connections.
+// watches and the idle member connections. Either server failing stops
+// the other (serveWithAdmin).
 func serveGateway(ctx context.Context, o gatewayOptions, clients GatewayClients, log logr.Logger, g *gateway.Gateway, set *gateway.Set,
 	gm *gateway.Metrics, p *forwardproxy.Proxy, ln, adminLn net.Listener, admin http.Handler) error {
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -320,30 +319,11 @@ func serveGateway(ctx context.Context, o gatewayOptions, clients GatewayClients,
 			gateway.WatchAdminBans(watchCtx, clients.Dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
 		})
 	}
-	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
-	results := make(chan error, 2)
-	go func() {
-		so := *o.serve
-		so.Drain = o.drain
-		err := forwardproxy.ServeWith(ctx, ln, p, so)
-		if err != nil {
-			err = fmt.Errorf("gateway: serving --listen %s: %w", o.listen, err)
-		}
-		stopAdmin()
-		results <- err
-	}()
-	go func() {
-		err := forwardproxy.ServeWith(adminCtx, adminLn, admin, AdminServeOptions)
-		if err != nil {
-			err = fmt.Errorf("gateway: serving --admin-listen %s: %w", o.adminListen, err)
-		}
-		results <- err
-	}()
-	errs := []error{<-results, <-results}
+	err := serveWithAdmin(ctx, "gateway", ln, p, *o.serve, adminLn, admin)
 	stopWatch()
 	watches.Wait()
 	g.CloseIdleConnections()
-	return errors.Join(errs...)
+	return err
 }
 
 // StartGateway runs RunGateway in a goroutine of its own and returns once

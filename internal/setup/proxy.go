@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -40,7 +41,6 @@ type proxyOptions struct {
 	credentialsDir string
 	allowedRanges  string
 	allowOpen      bool
-	drain          time.Duration
 	dialTimeout    time.Duration
 	idleTimeout    time.Duration
 	egress         *egress.Flags
@@ -79,7 +79,6 @@ func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
 	fs.StringVar(&o.credentialsDir, "credentials-dir", "", "Directory with the files username and password (a mounted Secret); when empty, "+envProxyUsername+" and "+envProxyPassword+" are used.")
 	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served (default: any client with the credentials).")
 	fs.BoolVar(&o.allowOpen, "allow-open", false, "Run without credentials and without --allowed-source-ranges, as an open proxy.")
-	fs.DurationVar(&o.drain, "drain", 25*time.Second, "On shutdown, how long in-flight requests and CONNECT tunnels may go on.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", forwardproxy.DefaultDialTimeout, "Timeout of a dial to an upstream server.")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A CONNECT or upgraded tunnel, or an upstream connection, without traffic for that long is closed.")
 	o.egress = egress.BindFlags(fs)
@@ -135,50 +134,22 @@ func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
 		auth = "basic"
 	}
 	log.Info("forward proxy listening", "listen", proxyLn.Addr().String(), "admin", adminDesc,
-		"auth", auth, "allowedSourceRanges", fmt.Sprint(cfg.AllowedSourceRanges), "allowOpen", cfg.AllowOpen, "drain", o.drain,
+		"auth", auth, "allowedSourceRanges", fmt.Sprint(cfg.AllowedSourceRanges), "allowOpen", cfg.AllowOpen, "drain", o.serve.Drain,
 		"egress", cfg.Egress.String(), "accessLog", o.accessLog)
 	if ready != nil {
 		ready(proxyLn.Addr(), adminAddr)
 	}
 
-	// The admin server outlives the proxy's drain, so that /metrics shows
-	// it; either server failing stops the other.
-	proxyCtx, stopProxy := context.WithCancel(ctx)
-	defer stopProxy()
-	adminCtx, stopAdmin := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopAdmin()
-	results := make(chan error, 2)
-	stopLogging := context.AfterFunc(ctx, func() { log.Info("forward proxy shutting down", "drain", o.drain) })
+	stopLogging := context.AfterFunc(ctx, func() { log.Info("forward proxy shutting down", "drain", o.serve.Drain) })
 	defer stopLogging()
-	go func() {
-		so := *o.serve
-		so.Drain = o.drain
-		err := forwardproxy.ServeWith(proxyCtx, proxyLn, p, so)
-		if err != nil {
-			err = fmt.Errorf("proxy: serving --listen %s: %w", o.listen, err)
-		}
-		stopAdmin()
-		results <- err
-	}()
-	running := 1
+	var admin http.Handler
 	if adminLn != nil {
-		running++
-		go func() {
-			err := forwardproxy.ServeWith(adminCtx, adminLn, AdminHandler(reg), AdminServeOptions)
-			if err != nil {
-				err = fmt.Errorf("proxy: serving --admin-listen %s: %w", o.adminListen, err)
-			}
-			stopProxy()
-			results <- err
-		}()
+		admin = AdminHandler(reg)
 	}
-	var errs []error
-	for range running {
-		errs = append(errs, <-results)
-	}
+	err = serveWithAdmin(ctx, "proxy", proxyLn, p, *o.serve, adminLn, admin)
 	p.CloseIdleConnections()
 	log.Info("forward proxy stopped")
-	return errors.Join(errs...)
+	return err
 }
 
 // config turns the options and the environment into a forwardproxy.Config
@@ -188,8 +159,8 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 		AllowOpen: o.allowOpen, DialTimeout: o.dialTimeout, IdleTimeout: o.idleTimeout,
 		ResponseHeaderTimeout: o.responseHeader, MaxConcurrent: o.maxConcurrent,
 	}
-	if o.drain < 0 || o.dialTimeout < 0 || o.idleTimeout < 0 || o.responseHeader < 0 {
-		return cfg, errors.New("--drain, --dial-timeout, --idle-timeout and --response-header-timeout must not be negative")
+	if o.dialTimeout < 0 || o.idleTimeout < 0 || o.responseHeader < 0 {
+		return cfg, errors.New("--dial-timeout, --idle-timeout and --response-header-timeout must not be negative")
 	}
 	if o.maxConcurrent < 1 {
 		return cfg, errors.New("--max-concurrent must be at least 1")
