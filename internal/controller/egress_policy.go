@@ -2,7 +2,6 @@ package controller
 
 import (
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -11,22 +10,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
-
-// policyBytes is the canonical form of an egress policy, what its hashes
-// are made from.
-func policyBytes(p egress.Policy) []byte {
-	b, _ := json.Marshal(p) //nolint:errchkjson // prefixes and port ranges always marshal.
-	return b
-}
 
 // egressPolicyHash identifies an entry's egress policy in a Proxy's status
 // (status.egressPolicyHash). The default policy has a hash too: an empty
 // field means "not recorded", not "default".
 func egressPolicyHash(p egress.Policy) string {
 	h := fnv.New64a()
-	_, _ = h.Write(policyBytes(p))
+	_, _ = h.Write(shared.PolicyBytes(p))
 	return hex.EncodeToString(h.Sum(nil))
 }
 

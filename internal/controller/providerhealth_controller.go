@@ -17,6 +17,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -119,7 +120,7 @@ func (h *HealthReporter) RunOnce(ctx context.Context) error {
 	errs = append(errs, entryErrs...)
 
 	var list crawlv1alpha1.ProviderHealthList
-	if err := h.Client.List(ctx, &list, client.MatchingLabels{labelManagedBy: labelManagedByValue}); err != nil {
+	if err := h.Client.List(ctx, &list, client.MatchingLabels{shared.LabelManagedBy: shared.LabelManagedByValue}); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("listing provider health objects: %w", err))...)
 	}
 	for i := range list.Items {
@@ -140,7 +141,7 @@ func (h *HealthReporter) write(ctx context.Context, e *config.Entry, supported b
 	err := h.Client.Get(ctx, client.ObjectKey{Name: e.Name}, &ph)
 	if apierrors.IsNotFound(err) {
 		ph = crawlv1alpha1.ProviderHealth{ObjectMeta: metav1.ObjectMeta{
-			Name: e.Name, Labels: map[string]string{labelManagedBy: labelManagedByValue},
+			Name: e.Name, Labels: map[string]string{shared.LabelManagedBy: shared.LabelManagedByValue},
 		}}
 		if err := h.Client.Create(ctx, &ph); err != nil {
 			return fmt.Errorf("creating provider health %s: %w", e.Name, err)

@@ -196,11 +196,11 @@ func (r *ProxyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if apierrors.IsNotFound(err) {
 			r.Backoff.Forget(req)
 			r.slots.release(req.NamespacedName)
-			r.written.forget(req.NamespacedName)
-			r.createCreds.forget(req.NamespacedName)
-			r.statusWrites.forget(req.NamespacedName)
-			r.readyCreds.forget(req.NamespacedName)
-			r.probed.forget(req.NamespacedName)
+			r.written.Forget(req.NamespacedName)
+			r.createCreds.Forget(req.NamespacedName)
+			r.statusWrites.Forget(req.NamespacedName)
+			r.readyCreds.Forget(req.NamespacedName)
+			r.probed.Forget(req.NamespacedName)
 			if r.probes != nil {
 				r.probes.forget(req.NamespacedName)
 			}
@@ -285,7 +285,7 @@ func (r *ProxyReconciler) trackCreate(key types.NamespacedName, p *crawlv1alpha1
 	case !p.DeletionTimestamp.IsZero(), p.Status.InstanceID != "",
 		p.Status.Phase == crawlv1alpha1.ProxyPhaseReady, p.Status.Phase == crawlv1alpha1.ProxyPhaseFailed:
 		r.slots.release(key)
-		r.createCreds.forget(key)
+		r.createCreds.Forget(key)
 	case p.Status.Phase == crawlv1alpha1.ProxyPhaseProvisioning:
 		r.slots.hold(p.Spec.Provider, key)
 	}

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net/url"
 
@@ -14,14 +13,12 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 )
 
-// Labels the operator puts on what it creates.
-const (
-	labelManagedBy      = "app.kubernetes.io/managed-by"
-	labelManagedByValue = "egress-proxies-operator"
-	labelProxy          = "crawl.example.com/proxy"
-)
+// labelProxy, on a Proxy's credentials Secret, names the Proxy (beside
+// shared.LabelManagedBy).
+const labelProxy = "crawl.example.com/proxy"
 
 // credentials are a Proxy's basic-auth username and password. They are never
 // logged; the type has no String method on purpose and fields are unexported.
@@ -36,32 +33,6 @@ type credentials struct {
 
 // credentialsSecretName returns the name of a Proxy's credentials Secret.
 func credentialsSecretName(proxyName string) string { return proxyName + "-proxy-credentials" }
-
-// alphabet of generated credentials: safe in tinyproxy's configuration, in
-// YAML and in a URL without escaping.
-const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-
-// randomString returns n characters of alphabet from crypto/rand.
-func randomString(n int) string {
-	return randomFrom(alphabet, n)
-}
-
-func randomFrom(chars string, n int) string {
-	buf := make([]byte, n)
-	// Rejection sampling keeps the distribution uniform.
-	limit := 256 - 256%len(chars)
-	b := make([]byte, 1)
-	for i := 0; i < n; {
-		// crypto/rand.Read never returns an error (Go 1.24 and later).
-		_, _ = rand.Read(b)
-		if int(b[0]) >= limit {
-			continue
-		}
-		buf[i] = chars[int(b[0])%len(chars)]
-		i++
-	}
-	return string(buf)
-}
 
 // ensureCredentials returns the Proxy's credentials, generating the Secret
 // that holds them on first use. It returns a non-empty conflict, and no
@@ -144,10 +115,11 @@ func firstCredentialsUse(p *crawlv1alpha1.Proxy) bool {
 // credentials. The error is the API server's, wrapped (AlreadyExists
 // stays recognisable).
 func (r *ProxyReconciler) createCredentialsSecret(ctx context.Context, p *crawlv1alpha1.Proxy, name string) (*credentials, error) {
-	c := &credentials{secretName: name, username: "u" + randomFrom(alphabet[:36], 11), password: randomString(32)}
+	user, pass := shared.RandomCredentials()
+	c := &credentials{secretName: name, username: user, password: pass}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: p.Namespace,
-			Labels: map[string]string{labelManagedBy: labelManagedByValue, labelProxy: p.Name}},
+			Labels: map[string]string{shared.LabelManagedBy: shared.LabelManagedByValue, labelProxy: p.Name}},
 		Type: corev1.SecretTypeBasicAuth,
 		Data: map[string][]byte{published.CredentialsKeyUsername: []byte(c.username), published.CredentialsKeyPassword: []byte(c.password)},
 	}

@@ -106,7 +106,7 @@ func (r *ProxyReconciler) instancesOf(ctx context.Context, p *crawlv1alpha1.Prox
 }
 
 func (r *ProxyReconciler) releaseFinalizer(ctx context.Context, p *crawlv1alpha1.Proxy) error {
-	r.ownerChecked.forget(p.UID)
+	r.ownerChecked.Forget(p.UID)
 	patch := client.MergeFrom(p.DeepCopy())
 	controllerutil.RemoveFinalizer(p, Finalizer)
 	if err := client.IgnoreNotFound(r.Client.Patch(ctx, p, patch)); err != nil {

@@ -162,7 +162,7 @@ func (r *ProxyReconciler) reconcileSteps(ctx context.Context, p *crawlv1alpha1.P
 		if !held {
 			var done bool
 			if creds, done, err = r.credentialsOrConflict(ctx, p, &obs); done {
-				r.readyCreds.forget(key)
+				r.readyCreds.Forget(key)
 				return obs, err
 			}
 			if creds != nil {

@@ -46,7 +46,7 @@ func (r *ProxyReconciler) probeDue(key types.NamespacedName, s crawlv1alpha1.Pro
 		return true, 0
 	}
 	last := s.LastProbeTime.Time
-	if t, ok := r.probed.load(key); ok && t.After(last) {
+	if t, ok := r.probed.Load(key); ok && t.After(last) {
 		last = t
 	}
 	next := last.Add(r.ProbeInterval).Sub(r.Now())

@@ -3,6 +3,7 @@ package controller
 import (
 	"time"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
@@ -43,7 +44,7 @@ const (
 	nextStepDelay = time.Millisecond
 	// cacheDelay is the delay of waitCache, and of a status patch that
 	// conflicted with a newer write.
-	cacheDelay = 100 * time.Millisecond
+	cacheDelay = shared.CacheDelay
 )
 
 // intervals are the reconciler's configured delays.

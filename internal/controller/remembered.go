@@ -1,31 +1,13 @@
 package controller
 
 import (
-	"maps"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
-
-// memo is a map safe for concurrent use, typed: the one form of the
-// process-local memories below. Its zero value is ready.
-type memo[K comparable, V any] struct {
-	m sync.Map // K -> V
-}
-
-func (m *memo[K, V]) load(k K) (V, bool) {
-	v, ok := m.m.Load(k)
-	t, isV := v.(V)
-	return t, ok && isV
-}
-
-func (m *memo[K, V]) store(k K, v V) { m.m.Store(k, v) }
-
-// forget drops what is remembered for k.
-func (m *memo[K, V]) forget(k K) { m.m.Delete(k) }
 
 // writtenVersions remembers, per Proxy, the resourceVersion that this
 // process's last write of it returned. A cached Proxy at that version has
@@ -35,19 +17,19 @@ func (m *memo[K, V]) forget(k K) { m.m.Delete(k) }
 // create a second instance. After a restart nothing is remembered and every
 // guard reads live. The zero value is ready; it is safe for concurrent use.
 type writtenVersions struct {
-	memo[types.NamespacedName, string]
+	shared.Memo[types.NamespacedName, string]
 }
 
 // record notes the version a write of ours returned.
 func (w *writtenVersions) record(key types.NamespacedName, resourceVersion string) {
 	if resourceVersion != "" {
-		w.store(key, resourceVersion)
+		w.Store(key, resourceVersion)
 	}
 }
 
 // seen reports whether resourceVersion is that of our last write of key.
 func (w *writtenVersions) seen(key types.NamespacedName, resourceVersion string) bool {
-	s, ok := w.load(key)
+	s, ok := w.Load(key)
 	return ok && resourceVersion != "" && s == resourceVersion
 }
 
@@ -58,15 +40,15 @@ func (w *writtenVersions) seen(key types.NamespacedName, resourceVersion string)
 // the largest part of a delete's calls. After a restart the owner is
 // checked again. The zero value is ready; it is safe for concurrent use.
 type ownerChecks struct {
-	memo[types.UID, provider.ID]
+	shared.Memo[types.UID, provider.ID]
 }
 
 // record notes that id belongs to the Proxy uid.
-func (o *ownerChecks) record(uid types.UID, id provider.ID) { o.store(uid, id) }
+func (o *ownerChecks) record(uid types.UID, id provider.ID) { o.Store(uid, id) }
 
 // seen reports whether id was found to belong to uid.
 func (o *ownerChecks) seen(uid types.UID, id provider.ID) bool {
-	got, ok := o.load(uid)
+	got, ok := o.Load(uid)
 	return ok && got == id
 }
 
@@ -79,7 +61,7 @@ func (o *ownerChecks) seen(uid types.UID, id provider.ID) bool {
 // The UID keeps a Proxy recreated under the same name from another's
 // credentials. The zero value is ready; it is safe for concurrent use.
 type createCredentials struct {
-	memo[types.NamespacedName, heldCredentials]
+	shared.Memo[types.NamespacedName, heldCredentials]
 }
 
 type heldCredentials struct {
@@ -89,7 +71,7 @@ type heldCredentials struct {
 
 // get returns the credentials held for the Proxy key with uid.
 func (c *createCredentials) get(key types.NamespacedName, uid types.UID) (*credentials, bool) {
-	h, ok := c.load(key)
+	h, ok := c.Load(key)
 	if !ok || h.uid != uid {
 		return nil, false
 	}
@@ -98,7 +80,7 @@ func (c *createCredentials) get(key types.NamespacedName, uid types.UID) (*crede
 
 // put holds creds for the Proxy key with uid.
 func (c *createCredentials) put(key types.NamespacedName, uid types.UID, creds *credentials) {
-	c.store(key, heldCredentials{uid: uid, creds: creds})
+	c.Store(key, heldCredentials{uid: uid, creds: creds})
 }
 
 // readyCredentials holds, per Proxy whose instance runs, the credentials
@@ -114,7 +96,7 @@ func (c *createCredentials) put(key types.NamespacedName, uid types.UID, creds *
 // The UID keeps a Proxy recreated under the same name from another's
 // credentials. The zero value is ready; it is safe for concurrent use.
 type readyCredentials struct {
-	memo[types.NamespacedName, readyHeld]
+	shared.Memo[types.NamespacedName, readyHeld]
 }
 
 type readyHeld struct {
@@ -129,7 +111,7 @@ type readyHeld struct {
 // generation, whose URL was written for address less than maxAge before
 // now.
 func (c *readyCredentials) get(key types.NamespacedName, uid types.UID, generation int64, address string, now time.Time, maxAge time.Duration) (*credentials, bool) {
-	h, ok := c.load(key)
+	h, ok := c.Load(key)
 	if !ok || h.uid != uid || h.generation != generation || h.address != address || now.Sub(h.at) >= maxAge {
 		return nil, false
 	}
@@ -147,7 +129,7 @@ func (c *readyCredentials) put(key types.NamespacedName, uid types.UID, generati
 		held.secret = nil
 		creds = &held
 	}
-	c.store(key, readyHeld{uid: uid, generation: generation, address: address, creds: creds, at: now})
+	c.Store(key, readyHeld{uid: uid, generation: generation, address: address, creds: creds, at: now})
 }
 
 // progressEvery is how often a create's progress alone (progressOnly: the
@@ -169,112 +151,25 @@ const routineProbeEvery = 10
 // time, at most routineProbeEvery probe intervals old, schedules the next
 // probe. The zero value is ready; it is safe for concurrent use.
 type probeTimes struct {
-	memo[types.NamespacedName, time.Time]
+	shared.Memo[types.NamespacedName, time.Time]
 }
 
 // record notes that key's probe outcome was taken at t.
-func (p *probeTimes) record(key types.NamespacedName, t time.Time) { p.store(key, t) }
+func (p *probeTimes) record(key types.NamespacedName, t time.Time) { p.Store(key, t) }
 
 // statusWrites remembers, per Proxy, when this process last wrote its
 // status. After a restart nothing is remembered and the first progress is
 // written. The zero value is ready; it is safe for concurrent use.
 type statusWrites struct {
-	memo[types.NamespacedName, time.Time]
+	shared.Memo[types.NamespacedName, time.Time]
 }
 
 // record notes a status write of key at t.
-func (s *statusWrites) record(key types.NamespacedName, t time.Time) { s.store(key, t) }
+func (s *statusWrites) record(key types.NamespacedName, t time.Time) { s.Store(key, t) }
 
 // within reports whether this process wrote key's status less than d
 // before now.
 func (s *statusWrites) within(key types.NamespacedName, now time.Time, d time.Duration) bool {
-	t, ok := s.load(key)
+	t, ok := s.Load(key)
 	return ok && now.Sub(t) < d
-}
-
-// expectationMaxWait is how long a pool waits for its cache to show a member
-// it created before it plans without it.
-const expectationMaxWait = 30 * time.Second
-
-// poolMemory is what the pool reconciler remembers of each pool between
-// reconciles, ahead of what its cache and the pool's status show. A pool is
-// reconciled by one worker at a time, so the entries of one pool are never
-// written concurrently; forget drops them all when the pool is gone. After
-// a restart nothing is remembered: the status's nextMemberSerial and the
-// deterministic member names keep a create from being made twice. The zero
-// value is ready; it is safe for concurrent use.
-type poolMemory struct {
-	// serials are the pools' next member serials as this process knows
-	// them, ahead of a status write that has not landed.
-	serials memo[types.NamespacedName, int]
-	// expected are the members this process created and its cache has not
-	// shown yet, with the time after which to stop waiting. A stored map is
-	// never changed: each change stores a new one.
-	expected memo[types.NamespacedName, map[string]time.Time]
-	// pending are rotations started and not yet written to the pool's
-	// status.rotations (its status patch conflicted).
-	pending memo[types.NamespacedName, int64]
-}
-
-// nextSerial returns the pool's next member serial: the status's, the used
-// one's, or this process's when it is ahead.
-func (m *poolMemory) nextSerial(key types.NamespacedName, status int64, used int) int {
-	s, _ := m.serials.load(key)
-	s = max(s, int(status), used)
-	m.serials.store(key, s)
-	return s
-}
-
-// expectCreated records a member created by this process.
-func (m *poolMemory) expectCreated(key types.NamespacedName, name string, now time.Time) {
-	exp, _ := m.expected.load(key)
-	exp = maps.Clone(exp)
-	if exp == nil {
-		exp = map[string]time.Time{}
-	}
-	exp[name] = now.Add(expectationMaxWait)
-	m.expected.store(key, exp)
-}
-
-// waitingForCache reports whether members this process created are not yet
-// among the names the cache lists: planning from such a list would create
-// them again. A member listed, or waited for past its deadline, is no
-// longer expected.
-func (m *poolMemory) waitingForCache(key types.NamespacedName, listed []string, now time.Time) bool {
-	exp, ok := m.expected.load(key)
-	if !ok {
-		return false
-	}
-	left := maps.Clone(exp)
-	for _, name := range listed {
-		delete(left, name)
-	}
-	maps.DeleteFunc(left, func(_ string, deadline time.Time) bool { return now.After(deadline) })
-	if len(left) == 0 {
-		m.expected.forget(key)
-		return false
-	}
-	m.expected.store(key, left)
-	return true
-}
-
-// addPending adds the rotations just started to the pool's pending count
-// and returns the count.
-func (m *poolMemory) addPending(key types.NamespacedName, started map[string]int) int64 {
-	n, _ := m.pending.load(key)
-	for _, c := range started {
-		n += int64(c)
-	}
-	m.pending.store(key, n)
-	return n
-}
-
-// written notes that the pool's status, rotations included, was written.
-func (m *poolMemory) written(key types.NamespacedName) { m.pending.forget(key) }
-
-// forget drops everything remembered of a pool that is gone.
-func (m *poolMemory) forget(key types.NamespacedName) {
-	m.serials.forget(key)
-	m.expected.forget(key)
-	m.pending.forget(key)
 }

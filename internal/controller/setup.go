@@ -13,6 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/proxygateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/proxypool"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
@@ -85,11 +88,11 @@ type Options struct {
 // and which were the largest part of a cached Proxy (docs/performance.md,
 // Memory).
 func CacheOptions() cache.Options {
-	managed := labels.SelectorFromSet(labels.Set{labelManagedBy: labelManagedByValue})
+	managed := labels.SelectorFromSet(labels.Set{shared.LabelManagedBy: shared.LabelManagedByValue})
 	byObject := map[client.Object]cache.ByObject{&corev1.ConfigMap{}: {Label: managed}}
-	// A gateway's own objects (gatewayObjects) are cached only when the
-	// operator made them.
-	for _, obj := range gatewayObjects() {
+	// A gateway's own objects (proxygateway.CachedObjects) are cached only
+	// when the operator made them.
+	for _, obj := range proxygateway.CachedObjects() {
 		byObject[obj] = cache.ByObject{Label: managed}
 	}
 	return cache.Options{
@@ -114,15 +117,15 @@ func SetupWithManager(mgr ctrl.Manager, o Options) error {
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy controller: %w", err)
 	}
-	pools := &ProxyPoolReconciler{
+	pools := &proxypool.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Config: o.Config, Metrics: o.Metrics, Now: o.Now, Engines: o.Engines,
-		ResyncInterval: o.PoolResyncInterval, skipNameValidation: o.SkipNameValidation,
+		ResyncInterval: o.PoolResyncInterval, SkipNameValidation: o.SkipNameValidation,
 	}
 	if err := pools.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy pool controller: %w", err)
 	}
-	gateways := &ProxyGatewayReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Image: o.GatewayImage,
-		Now: o.Now, skipNameValidation: o.SkipNameValidation}
+	gateways := &proxygateway.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Image: o.GatewayImage,
+		Now: o.Now, SkipNameValidation: o.SkipNameValidation}
 	if err := gateways.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the proxy gateway controller: %w", err)
 	}

@@ -1,4 +1,4 @@
-package controller
+package proxygateway
 
 import (
 	"context"
@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 )
 
 // Events on gateways.
@@ -42,11 +43,11 @@ const (
 // changes.
 const DefaultGatewayResyncInterval = 5 * time.Minute
 
-// ProxyGatewayReconciler runs each ProxyGateway as a Deployment of the
+// Reconciler runs each ProxyGateway as a Deployment of the
 // operator's own image (the gateway subcommand), with a Service, a
 // PodDisruptionBudget, a ServiceAccount whose Role reads only the pools'
 // published Secrets, and the gateway's credentials Secret.
-type ProxyGatewayReconciler struct {
+type Reconciler struct {
 	// Client reads through the cache (gateways, pools and the gateway's
 	// own labelled objects) and writes.
 	Client client.Client
@@ -61,7 +62,10 @@ type ProxyGatewayReconciler struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
-	skipNameValidation bool
+	// SkipNameValidation allows several managers with this controller in
+	// one process (controller.Options.SkipNameValidation); only tests need
+	// it.
+	SkipNameValidation bool
 }
 
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxygateways,verbs=get;list;watch,roleName=namespace-role
@@ -75,7 +79,7 @@ type ProxyGatewayReconciler struct {
 // SetupWithManager registers the reconciler: it watches gateways, the
 // objects they own (a Deployment's ready replicas change the status), and
 // pools (their Serving count is the gateway's members).
-func (r *ProxyGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -89,13 +93,13 @@ func (r *ProxyGatewayReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&crawlv1alpha1.ProxyPool{}, handler.EnqueueRequestsFromMapFunc(r.gatewaysOfPool)).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.skipNameValidation}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.SkipNameValidation}).
 		Named("proxygateway").
 		Complete(r)
 }
 
 // gatewaysOfPool maps a pool to the gateways in its namespace that name it.
-func (r *ProxyGatewayReconciler) gatewaysOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
+func (r *Reconciler) gatewaysOfPool(ctx context.Context, obj client.Object) []reconcile.Request {
 	var list crawlv1alpha1.ProxyGatewayList
 	if err := r.Client.List(ctx, &list, client.InNamespace(obj.GetNamespace())); err != nil {
 		return nil
@@ -111,7 +115,7 @@ func (r *ProxyGatewayReconciler) gatewaysOfPool(ctx context.Context, obj client.
 
 // Reconcile makes the gateway's objects match its spec and patches its
 // status once.
-func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var gw crawlv1alpha1.ProxyGateway
 	if err := r.Client.Get(ctx, req.NamespacedName, &gw); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -129,7 +133,7 @@ func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if errors.Is(err, errNotCached) {
 		// Our own object, made moments ago: look again once the cache has
 		// it, with no status written from a partial view.
-		return ctrl.Result{RequeueAfter: cacheDelay}, nil
+		return ctrl.Result{RequeueAfter: shared.CacheDelay}, nil
 	}
 	// An object the API server refused (admission, quota, RBAC) is told in
 	// status, with the API's words, and tried again with backoff: the
@@ -169,7 +173,7 @@ func (r *ProxyGatewayReconciler) Reconcile(ctx context.Context, req ctrl.Request
 }
 
 // announce emits an event when the Ready condition changed reason.
-func (r *ProxyGatewayReconciler) announce(gw *crawlv1alpha1.ProxyGateway, before, after *crawlv1alpha1.ProxyGatewayStatus) {
+func (r *Reconciler) announce(gw *crawlv1alpha1.ProxyGateway, before, after *crawlv1alpha1.ProxyGatewayStatus) {
 	if r.Recorder == nil {
 		return
 	}
@@ -191,7 +195,7 @@ func (r *ProxyGatewayReconciler) announce(gw *crawlv1alpha1.ProxyGateway, before
 }
 
 // observePools counts the Serving members of the gateway's pools.
-func (r *ProxyGatewayReconciler) observePools(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, obs *gatewayObservation) error {
+func (r *Reconciler) observePools(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, obs *gatewayObservation) error {
 	for _, name := range gw.Spec.Pools {
 		var pool crawlv1alpha1.ProxyPool
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: gw.Namespace, Name: name}, &pool)
@@ -220,7 +224,7 @@ var errNotCached = errors.New("the gateway's own object is not in the cache yet"
 
 // applyAll creates or updates the gateway's objects, in the order the pods
 // need them.
-func (r *ProxyGatewayReconciler) applyAll(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, obs *gatewayObservation) error {
+func (r *Reconciler) applyAll(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, obs *gatewayObservation) error {
 	if !gatewayAuthNone(gw) {
 		name, err := r.ensureGatewayCredentials(ctx, gw)
 		if err != nil {
@@ -321,7 +325,7 @@ func copyGatewaySpec(existing, desired client.Object) bool {
 // (made by the reconcile just before, which the next one, woken by another
 // of the objects it made, may follow closely on a loaded machine): the API
 // server tells which (takenBy).
-func (r *ProxyGatewayReconciler) apply(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, kind string, obj client.Object, mutate func() bool) error {
+func (r *Reconciler) apply(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, kind string, obj client.Object, mutate func() bool) error {
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -357,7 +361,7 @@ func (r *ProxyGatewayReconciler) apply(ctx context.Context, gw *crawlv1alpha1.Pr
 // *conflictError. It reads into an empty object of obj's type, so that
 // nothing of what the create set (the owner reference) survives a field the
 // stored object lacks.
-func (r *ProxyGatewayReconciler) takenBy(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, kind string, obj client.Object) error {
+func (r *Reconciler) takenBy(ctx context.Context, gw *crawlv1alpha1.ProxyGateway, kind string, obj client.Object) error {
 	live, ok := reflect.New(reflect.TypeOf(obj).Elem()).Interface().(client.Object)
 	if !ok || r.APIReader == nil {
 		return &conflictError{kind: kind, name: obj.GetName()}
@@ -374,13 +378,13 @@ func (r *ProxyGatewayReconciler) takenBy(ctx context.Context, gw *crawlv1alpha1.
 // ensureGatewayCredentials creates the gateway's credentials Secret once
 // (username, password and a ready-to-use url) and keeps its url current.
 // It returns the Secret's name.
-func (r *ProxyGatewayReconciler) ensureGatewayCredentials(ctx context.Context, gw *crawlv1alpha1.ProxyGateway) (string, error) {
+func (r *Reconciler) ensureGatewayCredentials(ctx context.Context, gw *crawlv1alpha1.ProxyGateway) (string, error) {
 	name := gatewayCredentialsName(gw.Name)
 	var s corev1.Secret
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: gw.Namespace, Name: name}, &s)
 	switch {
 	case apierrors.IsNotFound(err):
-		user, pass := "u"+randomFrom(alphabet[:36], 11), randomString(32)
+		user, pass := shared.RandomCredentials()
 		s = corev1.Secret{ObjectMeta: gatewayMeta(gw, name), Type: corev1.SecretTypeBasicAuth, Data: map[string][]byte{
 			published.CredentialsKeyUsername: []byte(user), published.CredentialsKeyPassword: []byte(pass), published.CredentialsKeyURL: []byte(gatewayEndpoint(gw, user, pass)),
 		}}

@@ -1,4 +1,4 @@
-package controller
+package proxypool
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
@@ -41,9 +42,9 @@ const (
 	eventPublishedListUpdated = "PublishedListUpdated"
 )
 
-// ProxyPoolReconciler keeps each ProxyPool's members, rotates them and
+// Reconciler keeps each ProxyPool's members, rotates them and
 // publishes the list of Serving ones.
-type ProxyPoolReconciler struct {
+type Reconciler struct {
 	// Client reads and writes Kubernetes objects (the manager's client).
 	Client client.Client
 	// APIReader reads Secrets (the members' credentials, the pool's list)
@@ -56,7 +57,7 @@ type ProxyPoolReconciler struct {
 	// against it before anything is created.
 	Config *config.Config
 	// Engines are the forward proxies the entries' instances run, by entry
-	// name (Options.Engines).
+	// name (controller.Options.Engines).
 	Engines map[string]string
 	// Metrics records pool sizes and rotations; nil records nothing.
 	Metrics *metrics.Metrics
@@ -66,14 +67,17 @@ type ProxyPoolReconciler struct {
 	// changes; zero means DefaultPoolResyncInterval.
 	ResyncInterval time.Duration
 
-	skipNameValidation bool
+	// SkipNameValidation allows several managers with this controller in
+	// one process (controller.Options.SkipNameValidation); only tests need
+	// it.
+	SkipNameValidation bool
 
 	// memory is what this process knows of each pool ahead of its cache
 	// and status; a deleted pool's is forgotten.
 	memory poolMemory
 }
 
-// Rights in the namespaces the operator serves (see ProxyReconciler).
+// Rights in the namespaces the operator serves (see controller.ProxyReconciler).
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools,verbs=get;list;watch;update;patch,roleName=namespace-role
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/status,verbs=get;update;patch,roleName=namespace-role
 // +kubebuilder:rbac:groups=crawl.example.com,resources=proxypools/finalizers,verbs=update,roleName=namespace-role
@@ -85,19 +89,19 @@ type ProxyPoolReconciler struct {
 // changes the list) and the list ConfigMaps it owns. It does not watch its
 // list Secrets (that would take the right to list and watch every Secret):
 // an edited or deleted one is rewritten at the pool's next resync.
-func (r *ProxyPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.defaults()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&crawlv1alpha1.ProxyPool{}).
 		Owns(&crawlv1alpha1.Proxy{}).
 		Owns(&corev1.ConfigMap{}).
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.skipNameValidation}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.SkipNameValidation}).
 		Named("proxypool").
 		Complete(r)
 }
 
 // defaults fills in the zero options, once, when the reconciler is set up.
-func (r *ProxyPoolReconciler) defaults() {
+func (r *Reconciler) defaults() {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -109,7 +113,7 @@ func (r *ProxyPoolReconciler) defaults() {
 // Reconcile moves one pool one step: it marks members for a requested
 // rotation, publishes the list, creates and deletes members as planned, and
 // patches the status once.
-func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var pool crawlv1alpha1.ProxyPool
 	if err := r.Client.Get(ctx, req.NamespacedName, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -138,7 +142,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	for i := range slots {
 		if e := r.Config.Entry(slots[i].entry.Provider); e != nil && !e.EgressPolicy.IsZero() {
 			h := fnv.New32a()
-			_, _ = h.Write(append([]byte(slots[i].hash), policyBytes(e.EgressPolicy)...))
+			_, _ = h.Write(append([]byte(slots[i].hash), shared.PolicyBytes(e.EgressPolicy)...))
 			slots[i].hash = hex.EncodeToString(h.Sum(nil))
 		}
 	}
@@ -177,7 +181,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 			nextSerial: r.memory.nextSerial(req.NamespacedName, pool.Status.NextMemberSerial, 0)})
 		if r.memory.waitingForCache(req.NamespacedName, memberNames(proxies), now) {
 			// Keep the list and status current, change nothing else.
-			plan = poolPlan{rotating: plan.rotating, waiting: plan.waiting, recheck: cacheDelay}
+			plan = poolPlan{rotating: plan.rotating, waiting: plan.waiting, recheck: shared.CacheDelay}
 		}
 		obs.plan = plan
 		obs.nextSerial = int64(r.memory.nextSerial(req.NamespacedName, pool.Status.NextMemberSerial, plan.nextSerial))
@@ -217,7 +221,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	if !equality.Semantic.DeepEqual(before.Status, pool.Status) {
 		if err := r.Client.Status().Patch(ctx, &pool, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: cacheDelay}, nil
+				return ctrl.Result{RequeueAfter: shared.CacheDelay}, nil
 			}
 			return ctrl.Result{}, client.IgnoreNotFound(fmt.Errorf("patching pool status: %w", err))
 		}
@@ -237,7 +241,7 @@ func (r *ProxyPoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 
 // checkSpec resolves every placement against the configuration, so that a
 // template naming an unknown provider or zone creates nothing.
-func (r *ProxyPoolReconciler) checkSpec(pool *crawlv1alpha1.ProxyPool, placements []crawlv1alpha1.PlacementEntry) error {
+func (r *Reconciler) checkSpec(pool *crawlv1alpha1.ProxyPool, placements []crawlv1alpha1.PlacementEntry) error {
 	tpl := pool.Spec.Template.Spec
 	var errs []error
 	for i, pl := range placements {
@@ -258,7 +262,7 @@ func (r *ProxyPoolReconciler) checkSpec(pool *crawlv1alpha1.ProxyPool, placement
 
 // carryOut creates and deletes members as planned. Creating a member that
 // exists already is not an error: its name is deterministic.
-func (r *ProxyPoolReconciler) carryOut(ctx context.Context, pool *crawlv1alpha1.ProxyPool, plan poolPlan) (map[string]int, error) {
+func (r *Reconciler) carryOut(ctx context.Context, pool *crawlv1alpha1.ProxyPool, plan poolPlan) (map[string]int, error) {
 	done := map[string]int{}
 	for _, c := range plan.creates {
 		pl := c.placement.entry
@@ -304,7 +308,7 @@ func (r *ProxyPoolReconciler) carryOut(ctx context.Context, pool *crawlv1alpha1.
 }
 
 // announce emits events for transitions of the pool's conditions.
-func (r *ProxyPoolReconciler) announce(pool, before *crawlv1alpha1.ProxyPool) {
+func (r *Reconciler) announce(pool, before *crawlv1alpha1.ProxyPool) {
 	was := apimeta.FindStatusCondition(before.Status.Conditions, crawlv1alpha1.ConditionEgressDistinct)
 	now := apimeta.FindStatusCondition(pool.Status.Conditions, crawlv1alpha1.ConditionEgressDistinct)
 	if now != nil && now.Reason == crawlv1alpha1.ReasonDuplicateEgress && (was == nil || was.Message != now.Message) {
@@ -314,7 +318,7 @@ func (r *ProxyPoolReconciler) announce(pool, before *crawlv1alpha1.ProxyPool) {
 
 // forget drops what this process keeps of a deleted pool: its memory and
 // its metric series.
-func (r *ProxyPoolReconciler) forget(key types.NamespacedName) {
+func (r *Reconciler) forget(key types.NamespacedName) {
 	r.memory.forget(key)
 	if r.Metrics == nil {
 		return
@@ -325,7 +329,7 @@ func (r *ProxyPoolReconciler) forget(key types.NamespacedName) {
 }
 
 // event emits an event on the pool.
-func (r *ProxyPoolReconciler) event(pool *crawlv1alpha1.ProxyPool, eventType, reason, action, note string, args ...any) {
+func (r *Reconciler) event(pool *crawlv1alpha1.ProxyPool, eventType, reason, action, note string, args ...any) {
 	if r.Recorder != nil {
 		r.Recorder.Eventf(pool, nil, eventType, reason, action, note, args...)
 	}

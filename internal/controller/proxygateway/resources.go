@@ -1,4 +1,4 @@
-package controller
+package proxygateway
 
 import (
 	"net/url"
@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 )
 
 // The gateway's objects, all named <gateway>-gateway except the credentials
@@ -66,7 +67,7 @@ func gatewayAuthNone(gw *crawlv1alpha1.ProxyGateway) bool {
 
 // gatewayLabels are on every object of the gateway.
 func gatewayLabels(gw *crawlv1alpha1.ProxyGateway) map[string]string {
-	return map[string]string{labelManagedBy: labelManagedByValue, labelGateway: gw.Name}
+	return map[string]string{shared.LabelManagedBy: shared.LabelManagedByValue, labelGateway: gw.Name}
 }
 
 // gatewayPodLabels select the gateway's pods.
@@ -306,9 +307,10 @@ func gatewayNetworkPolicy(gw *crawlv1alpha1.ProxyGateway) *networkingv1.NetworkP
 	}}
 }
 
-// gatewayObjects are the kinds of the gateway's objects that the reconciler
-// reads through the cache.
-func gatewayObjects() []client.Object {
+// CachedObjects are the kinds of the gateway's objects that the reconciler
+// reads through the cache; the manager caches them only when the operator
+// made them (controller.CacheOptions).
+func CachedObjects() []client.Object {
 	return []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{},
 		&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}, &networkingv1.NetworkPolicy{}}
 }

@@ -1,4 +1,4 @@
-package controller
+package proxygateway
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func TestGatewayCreateThatFindsItsNameTaken(t *testing.T) {
 					return c.Get(ctx, key, obj, opts...)
 				},
 			})
-			r := &ProxyGatewayReconciler{Client: cache, APIReader: server, ResyncInterval: time.Minute, Now: time.Now}
+			r := &Reconciler{Client: cache, APIReader: server, ResyncInterval: time.Minute, Now: time.Now}
 			res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(gw)})
 			if err != nil {
 				t.Fatalf("Reconcile: %v", err)

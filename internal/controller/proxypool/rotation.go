@@ -1,4 +1,4 @@
-package controller
+package proxypool
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // markForRotation annotates the members named by the rotate annotation and
 // then removes the annotation, so that the request survives a restart
 // between the two and is acted on once.
-func (r *ProxyPoolReconciler) markForRotation(ctx context.Context, pool *crawlv1alpha1.ProxyPool, proxies []crawlv1alpha1.Proxy, targets map[string]bool, now time.Time) error {
+func (r *Reconciler) markForRotation(ctx context.Context, pool *crawlv1alpha1.ProxyPool, proxies []crawlv1alpha1.Proxy, targets map[string]bool, now time.Time) error {
 	for i := range proxies {
 		p := &proxies[i]
 		if !targets[p.Name] || !p.DeletionTimestamp.IsZero() {

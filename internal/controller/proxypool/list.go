@@ -1,4 +1,4 @@
-package controller
+package proxypool
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
@@ -28,7 +29,7 @@ type listedMember struct {
 // mounted Secret is swapped atomically by the kubelet. It returns the
 // members listed, and whether a member's credentials were not yet readable
 // (the caller looks again soon).
-func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.ProxyPool, proxies []crawlv1alpha1.Proxy, leaving map[string]bool) ([]listedMember, bool, error) {
+func (r *Reconciler) publish(ctx context.Context, pool *crawlv1alpha1.ProxyPool, proxies []crawlv1alpha1.Proxy, leaving map[string]bool) ([]listedMember, bool, error) {
 	var withCreds, without []published.ListEntry
 	var listed []listedMember
 	retry := false
@@ -72,8 +73,8 @@ func (r *ProxyPoolReconciler) publish(ctx context.Context, pool *crawlv1alpha1.P
 }
 
 // secrets is how the pool reconciler reads Secrets: by name from the API
-// server, never through a cache (see ProxyReconciler.secrets).
-func (r *ProxyPoolReconciler) secrets() client.Reader {
+// server, never through a cache (as the Proxy reconciler does, controller.ProxyReconciler).
+func (r *Reconciler) secrets() client.Reader {
 	if r.APIReader != nil {
 		return r.APIReader
 	}
@@ -83,7 +84,7 @@ func (r *ProxyPoolReconciler) secrets() client.Reader {
 // writeListObject creates or updates the pool's Secret or ConfigMap with the
 // two keys. It reports whether it wrote anything. An object of that name
 // that the pool does not control is never changed.
-func (r *ProxyPoolReconciler) writeListObject(ctx context.Context, pool *crawlv1alpha1.ProxyPool, obj client.Object, txt, js []byte) (bool, error) {
+func (r *Reconciler) writeListObject(ctx context.Context, pool *crawlv1alpha1.ProxyPool, obj client.Object, txt, js []byte) (bool, error) {
 	key := types.NamespacedName{Namespace: pool.Namespace, Name: published.ListName(pool.Name)}
 	kind := "ConfigMap"
 	var reader client.Reader = r.Client
@@ -95,7 +96,7 @@ func (r *ProxyPoolReconciler) writeListObject(ctx context.Context, pool *crawlv1
 	case apierrors.IsNotFound(err):
 		obj.SetNamespace(key.Namespace)
 		obj.SetName(key.Name)
-		obj.SetLabels(map[string]string{labelManagedBy: labelManagedByValue, crawlv1alpha1.LabelPool: pool.Name})
+		obj.SetLabels(map[string]string{shared.LabelManagedBy: shared.LabelManagedByValue, crawlv1alpha1.LabelPool: pool.Name})
 		setListData(obj, txt, js)
 		if err := controllerutil.SetControllerReference(pool, obj, r.Client.Scheme()); err != nil {
 			return false, fmt.Errorf("owning the list %s: %w", kind, err)

@@ -1,4 +1,4 @@
-package controller
+package proxypool
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 )
 
 // members lists the Proxies this pool controls.
-func (r *ProxyPoolReconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool) ([]crawlv1alpha1.Proxy, error) {
+func (r *Reconciler) members(ctx context.Context, pool *crawlv1alpha1.ProxyPool) ([]crawlv1alpha1.Proxy, error) {
 	var list crawlv1alpha1.ProxyList
 	if err := r.Client.List(ctx, &list, client.InNamespace(pool.Namespace), client.MatchingLabels{crawlv1alpha1.LabelPool: pool.Name}); err != nil {
 		return nil, fmt.Errorf("listing pool members: %w", err)
@@ -76,7 +76,7 @@ func isServing(p *crawlv1alpha1.Proxy) bool {
 
 // newMember builds the Proxy a planned create makes: its slot and
 // generation, with the placement and template hash the plan carries.
-func (r *ProxyPoolReconciler) newMember(pool *crawlv1alpha1.ProxyPool, c memberCreate) (*crawlv1alpha1.Proxy, error) {
+func (r *Reconciler) newMember(pool *crawlv1alpha1.ProxyPool, c memberCreate) (*crawlv1alpha1.Proxy, error) {
 	tpl := pool.Spec.Template
 	pl, slot, serial := c.placement.entry, c.slot, c.gen
 	p := &crawlv1alpha1.Proxy{
