@@ -78,23 +78,3 @@ func TestExtraUserDataIsTheAdministratorsDecision(t *testing.T) {
 			fmt.Sprintf("creates for the refused Proxy %v, instances %d", names, len(op.fake.Instances()))
 	})
 }
-
-func TestPoolTemplateWithExtraUserDataIsRefused(t *testing.T) {
-	ns := newNamespace(t)
-	op := startPoolOperator(t, ns)
-	pool := newPool(ns, "scripted", 2)
-	pool.Spec.Template.Spec.ExtraUserData = extraPart
-	if err := k8s.Create(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 20*time.Second, func() (bool, string) {
-		c := apimeta.FindStatusCondition(viewPool(t, ns, "scripted").pool.Status.Conditions, crawlv1alpha1.ConditionReady)
-		return c != nil && c.Reason == crawlv1alpha1.ReasonPoolInvalidSpec &&
-			strings.Contains(c.Message, "allowExtraUserData") && strings.Contains(c.Message, `provider "lab-a"`), fmt.Sprintf("Ready condition %+v", c)
-	})
-	consistently(t, time.Second, func() (bool, string) {
-		v := viewPool(t, ns, "scripted")
-		return len(v.members) == 0 && op.fake.CallCount(provider.OpCreate) == 0,
-			fmt.Sprintf("%d members, %d creates: a template the entry refuses must make nothing", len(v.members), op.fake.CallCount(provider.OpCreate))
-	})
-}

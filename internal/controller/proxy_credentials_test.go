@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -27,6 +26,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
 // A look at a Ready proxy reads its credentials Secret once: the URL is
@@ -254,13 +254,7 @@ func unitProxy() *crawlv1alpha1.Proxy {
 // testScheme has the core kinds and the operator's.
 func testScheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, crawlv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return scheme
+	return testenv.Scheme(t)
 }
 
 // secretReadCounter builds b's client, counting in reads every Get of a

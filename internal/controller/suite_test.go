@@ -9,25 +9,19 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
-	"github.com/egress-proxies/egress-proxies-operator/internal/ownership/ownershiptest"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
-	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/ctrlsuite"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprobe"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/fakeprovider"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
@@ -54,25 +48,11 @@ func TestMain(m *testing.M) {
 }
 
 // testConfig is a providers configuration with one fake entry "lab" with
-// two zones.
-func testConfig(t *testing.T) *config.Config {
-	t.Helper()
-	cfg, err := config.Parse([]byte(`
-providers:
-  - name: lab
-    type: fake
-    zones: [rack-a, rack-b]
-    machineTypes:
-        small: {cores: 1, memoryMiB: 512, diskGiB: 8}
-    images: [debian-12]
-`), fakeprovider.Registry())
-	if err != nil {
-		t.Fatalf("test config: %v", err)
-	}
-	return cfg
-}
+// two zones (ctrlsuite.Config).
+func testConfig(t *testing.T) *config.Config { return ctrlsuite.Config(t) }
 
-// operator is one running manager with the controllers under test.
+// operator is one running manager with the controllers under test
+// (ctrlsuite.Operator).
 type operator struct {
 	fake    *fakeprovider.Provider
 	prober  *fakeprobe.Prober
@@ -80,15 +60,11 @@ type operator struct {
 	metrics *metrics.Metrics
 	logs    *logbuf.Buffer
 	spans   *tracetest.SpanRecorder
-	cancel  context.CancelFunc
-	done    chan struct{}
+	op      *ctrlsuite.Operator
 }
 
 // stop stops the manager and waits for it.
-func (o *operator) stop() {
-	o.cancel()
-	<-o.done
-}
+func (o *operator) stop() { o.op.Stop() }
 
 type operatorOptions struct {
 	// namespace confines the operator's cache, so that operators of
@@ -106,96 +82,19 @@ type operatorOptions struct {
 
 // startOperator runs the controllers against envtest with the fake provider
 // behind the same instrumentation as in production, and stops them when the
-// test ends.
+// test ends (ctrlsuite.Start).
 func startOperator(t *testing.T, oo operatorOptions) *operator {
 	t.Helper()
-	if oo.fake == nil {
-		oo.fake = fakeprovider.New(nil)
-	}
-	if oo.cfg == nil {
-		oo.cfg = testConfig(t)
-	}
-	o := &operator{fake: oo.fake, reg: prometheus.NewRegistry(), logs: &logbuf.Buffer{}, spans: tracetest.NewSpanRecorder()}
-	log := o.logs.Logger(2)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(o.spans))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	if oo.namespace == "" {
-		t.Fatal("startOperator needs a namespace")
-	}
-	opts := oo.opts
-	opts.SkipNameValidation = true
-	if opts.Prober == nil {
-		o.prober = fakeprobe.New()
-		opts.Prober = o.prober
-	}
-	if opts.ProbeInterval == 0 {
-		opts.ProbeInterval = 100 * time.Millisecond
-	}
-	if opts.PollInterval == 0 {
-		opts.PollInterval = 50 * time.Millisecond
-	}
-	if opts.ResyncInterval == 0 {
-		opts.ResyncInterval = 200 * time.Millisecond
-	}
-	if opts.HealthInterval == 0 {
-		opts.HealthInterval = time.Hour
-	}
-	if opts.GCInterval == 0 {
-		// Tests run garbage collection by hand with RunOnce.
-		opts.GCInterval = time.Hour
-	}
-	id := oo.ownership
-	if id == nil {
-		id = ownershiptest.Identity("controller-tests")
-	}
-	op, err := setup.New(setup.Options{
-		RestConfig: asOperator(t, oo.namespace),
-		Config:     oo.cfg,
-		Types:      provider.Types{fakeprovider.TypeFor(oo.fake)},
-		Providers:  oo.providers,
-		Ownership:  id,
-		Namespaces: []string{oo.namespace},
-		Manager:    ctrl.Options{Scheme: scheme},
-		Controller: opts,
-		Registerer: o.reg,
-		Tracer:     tp.Tracer("test"),
-		Log:        log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.metrics = op.Metrics
-	mgr := op.Manager
-	ctx, cancel := context.WithCancel(logf.IntoContext(context.Background(), log))
-	o.cancel, o.done = cancel, make(chan struct{})
-	go func() {
-		defer close(o.done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager stopped with an error: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		o.stop()
-		if t.Failed() {
-			t.Logf("operator log:\n%s", o.logs.String())
-		}
-	})
-	return o
+	op := ctrlsuite.Start(t, env, ctrlsuite.Options{Namespace: oo.namespace, Fake: oo.fake, Cfg: oo.cfg, Opts: oo.opts,
+		Providers: oo.providers, Ownership: oo.ownership})
+	return &operator{fake: op.Fake, prober: op.Prober, reg: op.Reg, metrics: op.Metrics, logs: op.Logs, spans: op.Spans, op: op}
 }
 
 // asOperator returns the rest.Config an operator serving namespace ns runs
-// with: the operator's ServiceAccount with the shipped RBAC
-// (config/rbac/role.yaml) applied as the default install binds it (the
-// namespace role only in ns), through impersonation. A right the
-// controllers need and the markers lack fails the test that needs it, not a
-// first install.
+// with (ctrlsuite.AsOperator).
 func asOperator(t *testing.T, ns string) *rest.Config {
 	t.Helper()
-	cfg, err := env.AsOperator(context.Background(), testenv.RBAC{Namespaces: []string{ns}})
-	if err != nil {
-		t.Fatalf("running as the operator's ServiceAccount: %v", err)
-	}
-	return cfg
+	return ctrlsuite.AsOperator(t, env, ns)
 }
 
 // needEnvtest skips an envtest case in -short mode without a control plane.
@@ -204,28 +103,15 @@ func needEnvtest(t *testing.T) {
 	testenv.Need(t, env)
 }
 
-// newNamespace creates a namespace for one test. Every envtest case starts
-// with it, so it is also where such cases skip in -short mode without a
-// control plane.
+// newNamespace creates a namespace for one test; envtest cases skip there
+// in -short mode without a control plane (ctrlsuite.NewNamespace).
 func newNamespace(t *testing.T) string {
 	t.Helper()
-	needEnvtest(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
+	return ctrlsuite.NewNamespace(t, env)
 }
 
 // newProxy returns a valid Proxy on the "lab" entry.
-func newProxy(ns, name string) *crawlv1alpha1.Proxy {
-	return &crawlv1alpha1.Proxy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: crawlv1alpha1.ProxySpec{
-			Provider: "lab", Zone: "rack-a", MachineType: "small", Image: "debian-12",
-		},
-	}
-}
+func newProxy(ns, name string) *crawlv1alpha1.Proxy { return ctrlsuite.NewProxy(ns, name) }
 
 // eventually and consistently poll instead of sleeping (internal/testing/poll).
 // eventually's timeout is what the wait takes at most on a quiet machine:
@@ -247,11 +133,7 @@ func consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
 // getProxy reads a Proxy from the API server.
 func getProxy(t *testing.T, ns, name string) *crawlv1alpha1.Proxy {
 	t.Helper()
-	var p crawlv1alpha1.Proxy
-	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
-		t.Fatalf("getting proxy %s/%s: %v", ns, name, err)
-	}
-	return &p
+	return ctrlsuite.GetProxy(t, k8s, ns, name)
 }
 
 // waitPhase waits until the Proxy has the phase and the Ready reason.
@@ -278,37 +160,14 @@ func waitPhase(t *testing.T, ns, name string, phase crawlv1alpha1.ProxyPhase, re
 // object, as "reason: note".
 func eventsFor(t *testing.T, ns, name string) []string {
 	t.Helper()
-	var list eventsList
-	if err := list.load(ns); err != nil {
-		t.Fatalf("listing events: %v", err)
-	}
-	var out []string
-	for _, e := range list.Items {
-		if e.Regarding.Name == name {
-			out = append(out, e.Reason+": "+e.Note)
-		}
-	}
-	return out
+	return ctrlsuite.EventsFor(t, k8s, ns, name)
 }
 
-// waitEvents waits until the events regarding an object (eventsFor) hold
-// every one of wants, and returns them joined by newlines. The recorder
-// sends events from its own goroutine: one emitted in the reconcile whose
-// write the test just saw (the status, the finalizer's release) may reach
-// the API server after the test looked.
+// waitEvents waits until the events regarding an object hold every one of
+// wants, and returns them joined by newlines (ctrlsuite.WaitEvents).
 func waitEvents(t *testing.T, ns, name string, wants ...string) string {
 	t.Helper()
-	var events string
-	eventually(t, 10*time.Second, func() (bool, string) {
-		events = strings.Join(eventsFor(t, ns, name), "\n")
-		for _, want := range wants {
-			if !strings.Contains(events, want) {
-				return false, fmt.Sprintf("no event with %q among:\n%s", want, events)
-			}
-		}
-		return true, ""
-	})
-	return events
+	return ctrlsuite.WaitEvents(t, k8s, ns, name, wants...)
 }
 
 // containsAny reports which of the haystacks contain needle.

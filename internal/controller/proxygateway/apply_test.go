@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
+	"github.com/egress-proxies/egress-proxies-operator/internal/testing/testenv"
 )
 
 // TestGatewayCreateThatFindsItsNameTaken: the cache has not shown the
@@ -38,13 +40,13 @@ func TestGatewayCreateThatFindsItsNameTaken(t *testing.T) {
 	}{
 		{name: "its own object, not cached yet", ours: true,
 			reason: "a conflict here would write GatewayConflict and its warning event about the gateway's own object, until something wakes the gateway again",
-			want:   result{Requeue: cacheDelay}},
+			want:   result{Requeue: shared.CacheDelay}},
 		{name: "a foreign object", ours: false,
 			reason: "an object of that name the gateway does not control blocks it, and is never changed",
 			want:   result{Requeue: time.Minute, Ready: crawlv1alpha1.ReasonGatewayConflict}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			scheme := testScheme(t)
+			scheme := testenv.Scheme(t)
 			gw := &crawlv1alpha1.ProxyGateway{ObjectMeta: metav1.ObjectMeta{Namespace: "crawlers", Name: "front", UID: "gateway-uid"},
 				Spec: crawlv1alpha1.ProxyGatewaySpec{Pools: []string{"crawl"}}}
 			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: gw.Namespace, Name: gatewayObjectName(gw.Name)}}

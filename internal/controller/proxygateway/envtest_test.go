@@ -230,7 +230,7 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	if err := k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "front"}, &st); err != nil {
 		t.Fatal(err)
 	}
-	for what, text := range map[string]string{"status": toJSON(st.Status), "events": strings.Join(eventsFor(t, ns, "front"), "\n"), "logs": op.logs.String()} {
+	for what, text := range map[string]string{"status": toJSON(st.Status), "events": strings.Join(eventsFor(t, ns, "front"), "\n"), "logs": op.Logs.String()} {
 		if strings.Contains(text, pass) {
 			t.Errorf("the gateway's password is in its %s", what)
 		}

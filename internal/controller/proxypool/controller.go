@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/internal/metrics"
 )
 

@@ -206,7 +206,7 @@ func TestPoolScalesFromZeroToTenToThree(t *testing.T) {
 		}
 	}
 	eventually(t, 20*time.Second, func() (bool, string) {
-		n := len(op.fake.Instances())
+		n := len(op.Fake.Instances())
 		return n == 3, fmt.Sprintf("%d instances on the provider, want 3", n)
 	})
 }
@@ -292,8 +292,8 @@ func TestPoolBadInputCreatesNothing(t *testing.T) {
 			})
 			consistently(t, 2*time.Second, func() (bool, string) {
 				v := viewPool(t, ns, "bad")
-				return len(v.members) == 0 && op.fake.CallCount(provider.OpCreate) == 0,
-					fmt.Sprintf("%d members, %d creates; why this matters: %s", len(v.members), op.fake.CallCount(provider.OpCreate), tc.reason)
+				return len(v.members) == 0 && op.Fake.CallCount(provider.OpCreate) == 0,
+					fmt.Sprintf("%d members, %d creates; why this matters: %s", len(v.members), op.Fake.CallCount(provider.OpCreate), tc.reason)
 			})
 		})
 	}
@@ -302,7 +302,7 @@ func TestPoolBadInputCreatesNothing(t *testing.T) {
 func TestPoolBeyondCapacityReportsAndDoesNotLoop(t *testing.T) {
 	ns := newNamespace(t)
 	op := startPoolOperator(t, ns)
-	op.fake.SetCapacity(3)
+	op.Fake.SetCapacity(3)
 	if err := k8s.Create(context.Background(), newPool(ns, "big", 5)); err != nil {
 		t.Fatal(err)
 	}
@@ -312,10 +312,10 @@ func TestPoolBeyondCapacityReportsAndDoesNotLoop(t *testing.T) {
 		return c != nil && c.Reason == crawlv1alpha1.ReasonMembersFailed && len(v.listed) == 3 && strings.Contains(c.Message, "2 failed"),
 			fmt.Sprintf("Ready %+v, listed %v", c, v.listed)
 	})
-	creates := op.fake.CallCount(provider.OpCreate)
+	creates := op.Fake.CallCount(provider.OpCreate)
 	consistently(t, 2*time.Second, func() (bool, string) {
 		v := viewPool(t, ns, "big")
-		n := op.fake.CallCount(provider.OpCreate)
+		n := op.Fake.CallCount(provider.OpCreate)
 		return len(v.members) == 5 && n == creates, fmt.Sprintf("%d members, %d creates (was %d): a full provider must not make the pool create and delete in a loop", len(v.members), n, creates)
 	})
 }
@@ -331,7 +331,7 @@ func TestPoolRotationAnnotation(t *testing.T) {
 	first := v.members[0].Name
 
 	// Garbage: a clear condition, the annotation stays, nothing created.
-	creates := op.fake.CallCount(provider.OpCreate)
+	creates := op.Fake.CallCount(provider.OpCreate)
 	annotatePool(t, ns, "rot", "no such member!")
 	eventually(t, 20*time.Second, func() (bool, string) {
 		v := viewPool(t, ns, "rot")
@@ -340,7 +340,7 @@ func TestPoolRotationAnnotation(t *testing.T) {
 	})
 	consistently(t, time.Second, func() (bool, string) {
 		v := viewPool(t, ns, "rot")
-		n := op.fake.CallCount(provider.OpCreate)
+		n := op.Fake.CallCount(provider.OpCreate)
 		_, kept := v.pool.Annotations[crawlv1alpha1.AnnotationRotate]
 		return n == creates && len(v.members) == 3 && kept, fmt.Sprintf("%d creates (was %d), %d members, annotation kept %v", n, creates, len(v.members), kept)
 	})
@@ -477,7 +477,7 @@ func TestProbeFailuresMarkALoneProxyAndReplaceAPoolMember(t *testing.T) {
 	})
 
 	// The lone Proxy is marked, and kept.
-	op.prober.Fail(p.Status.Address+":3128", errors.New("wrong-password check: dialling the proxy: connection refused"))
+	op.Prober.Fail(p.Status.Address+":3128", errors.New("wrong-password check: dialling the proxy: connection refused"))
 	eventually(t, 20*time.Second, func() (bool, string) {
 		p = getProxy(t, ns, "lone")
 		c := apimeta.FindStatusCondition(p.Status.Conditions, crawlv1alpha1.ConditionServing)
@@ -490,7 +490,7 @@ func TestProbeFailuresMarkALoneProxyAndReplaceAPoolMember(t *testing.T) {
 
 	// A pool member whose probe fails leaves the list and is replaced.
 	victim := v.members[0]
-	op.prober.Fail(victim.Status.Address+":3128", errors.New("check URL: the proxy answered 502"))
+	op.Prober.Fail(victim.Status.Address+":3128", errors.New("check URL: the proxy answered 502"))
 	eventually(t, 30*time.Second, func() (bool, string) {
 		v = viewPool(t, ns, "probed")
 		ok := len(v.serving) == 3 && slices.Equal(v.serving, v.listed) && len(v.members) == 3
@@ -515,8 +515,8 @@ func TestPoolReportsDuplicateEgress(t *testing.T) {
 		t.Fatalf("EgressDistinct = %+v, want True with three distinct addresses", c)
 	}
 	shared := netip.MustParseAddr("203.0.113.50")
-	op.prober.Egress(v.members[0].Status.Address+":3128", shared)
-	op.prober.Egress(v.members[1].Status.Address+":3128", shared)
+	op.Prober.Egress(v.members[0].Status.Address+":3128", shared)
+	op.Prober.Egress(v.members[1].Status.Address+":3128", shared)
 	eventually(t, 20*time.Second, func() (bool, string) {
 		v = viewPool(t, ns, "dup")
 		c := apimeta.FindStatusCondition(v.pool.Status.Conditions, crawlv1alpha1.ConditionEgressDistinct)

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+	"github.com/egress-proxies/egress-proxies-operator/internal/controller/shared"
 )
 
 // listedMember is a member in the published list.

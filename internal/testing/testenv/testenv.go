@@ -79,9 +79,28 @@ func Main(m *testing.M, use func(*Env)) int {
 // it with Environment.Stop.
 func Start() (*Env, error) { return start() }
 
-func start() (*Env, error) {
+// Scheme knows the built-in kinds and this project's, as Env.Scheme does:
+// the scheme of the unit tests' fake clients.
+func Scheme(t testing.TB) *kruntime.Scheme {
+	t.Helper()
+	scheme, err := newScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scheme
+}
+
+func newScheme() (*kruntime.Scheme, error) {
 	scheme := kruntime.NewScheme()
 	if err := errors.Join(clientgoscheme.AddToScheme(scheme), crawlv1alpha1.AddToScheme(scheme)); err != nil {
+		return nil, err
+	}
+	return scheme, nil
+}
+
+func start() (*Env, error) {
+	scheme, err := newScheme()
+	if err != nil {
 		return nil, err
 	}
 	root, err := modroot.Find()
