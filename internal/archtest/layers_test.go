@@ -51,7 +51,7 @@ func testSupport(pkg string) bool {
 // layers is the table, lowest first.
 var layers = []layer{
 	{name: "test support", match: testSupport,
-		imports: []string{"test support", "api", "base", "gateway", "provider", "provider types", "controller", "setup", "client"}},
+		imports: []string{"test support", "api", "base", "gateway", "provider", "provider types", "controller shared", "controller loop", "controller", "setup", "client"}},
 	{name: "api", match: prefix("api")},
 	{name: "base", match: exact(
 		"internal/config", "internal/keyedlock", "internal/sharedread", "internal/ownership",
@@ -64,7 +64,16 @@ var layers = []layer{
 	{name: "gateway", match: prefix("internal/gateway"), imports: []string{"api", "base"}},
 	{name: "provider", match: exact("internal/provider"), imports: []string{"api", "base"}},
 	{name: "provider types", match: prefix("internal/provider"), imports: []string{"api", "base", "provider"}},
-	{name: "controller", match: prefix("internal/controller"), imports: []string{"api", "base", "provider"}},
+	// The control loops. The Proxy loop, garbage collection and provider
+	// health are internal/controller itself; the ProxyPool and ProxyGateway
+	// loops have packages of their own under it (controller loop), which
+	// share only internal/controller/shared: a loop's package imports no
+	// other loop's, nor internal/controller, which registers them. Neither
+	// reaches the gateway's code nor a provider type.
+	{name: "controller shared", match: exact("internal/controller/shared"), imports: []string{"api", "base", "provider"}},
+	{name: "controller loop", match: func(pkg string) bool { return strings.HasPrefix(pkg, "internal/controller/") },
+		imports: []string{"api", "base", "provider", "controller shared"}},
+	{name: "controller", match: exact("internal/controller"), imports: []string{"api", "base", "provider", "controller shared", "controller loop"}},
 	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "gateway", "provider", "provider types", "controller"}},
 	// A client of the API (the kubectl plugin) sees only the API's types,
 	// never the control plane.
@@ -165,6 +174,21 @@ func TestCheckCatches(t *testing.T) {
 			"internal/testing/pvelab": {"internal/setup"}, "internal/setup": {}}, want: 0},
 		{reason: "the controller importing the gateway's code (it shares only api/v1alpha1/published with it)", g: map[string][]string{
 			"internal/controller": {"internal/gateway"}, "internal/gateway": {}}, want: 1},
+		{reason: "a controller loop's package importing the gateway's code", g: map[string][]string{
+			"internal/controller/proxygateway": {"internal/gateway"}, "internal/gateway": {}}, want: 1},
+		{reason: "a controller loop's package importing a provider type", g: map[string][]string{
+			"internal/controller/proxypool": {"internal/provider/proxmox"}, "internal/provider/proxmox": {}}, want: 1},
+		{reason: "a controller loop's package importing a sibling's", g: map[string][]string{
+			"internal/controller/proxypool": {"internal/controller/proxygateway"}, "internal/controller/proxygateway": {}}, want: 1},
+		{reason: "a controller loop's package importing internal/controller, which registers it", g: map[string][]string{
+			"internal/controller/proxygateway": {"internal/controller"}, "internal/controller": {}}, want: 1},
+		{reason: "the controller's shared package importing a loop's", g: map[string][]string{
+			"internal/controller/shared": {"internal/controller/proxypool"}, "internal/controller/proxypool": {}}, want: 1},
+		{reason: "the controller registering the loops, which share internal/controller/shared, is fine", g: map[string][]string{
+			"internal/controller":              {"internal/controller/proxypool", "internal/controller/proxygateway", "internal/controller/shared"},
+			"internal/controller/proxypool":    {"internal/controller/shared"},
+			"internal/controller/proxygateway": {"internal/controller/shared"},
+			"internal/controller/shared":       {}}, want: 0},
 		{reason: "a package in no layer", g: map[string][]string{"internal/newthing": {}}, want: 1},
 	}
 	for _, tc := range tests {
