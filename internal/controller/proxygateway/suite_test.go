@@ -3,12 +3,10 @@ package proxygateway_test
 import (
 	"os"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/ctrlsuite"
@@ -50,6 +48,13 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 	return ctrlsuite.Start(t, env, ctrlsuite.Options{Namespace: oo.namespace, Cfg: oo.cfg, Opts: oo.opts})
 }
 
+// eventsFor returns the notes of the events regarding an object, as
+// "reason: note".
+func eventsFor(t *testing.T, ns, name string) []string {
+	t.Helper()
+	return ctrlsuite.EventsFor(t, k8s, ns, name)
+}
+
 // newNamespace creates a namespace for one test, or skips it in -short
 // mode without a control plane.
 func newNamespace(t *testing.T) string {
@@ -57,19 +62,10 @@ func newNamespace(t *testing.T) string {
 	return ctrlsuite.NewNamespace(t, env)
 }
 
-// newProxy returns a valid Proxy on the "lab" entry.
-func newProxy(ns, name string) *crawlv1alpha1.Proxy { return ctrlsuite.NewProxy(ns, name) }
-
-// eventually and consistently poll instead of sleeping; eventually's
-// timeout follows the machine's pace (internal/testing/poll).
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	poll.UntilPaced(t, timeout, cond)
-}
-
-// eventsFor returns the notes of the events regarding an object, as
-// "reason: note".
-func eventsFor(t *testing.T, ns, name string) []string {
-	t.Helper()
-	return ctrlsuite.EventsFor(t, k8s, ns, name)
-}
+// newProxy returns a valid Proxy on the "lab" entry; eventually polls
+// instead of sleeping, its timeout following the machine's pace
+// (internal/testing/poll).
+var (
+	newProxy   = ctrlsuite.NewProxy
+	eventually = poll.UntilPaced
+)

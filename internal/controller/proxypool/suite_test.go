@@ -3,7 +3,6 @@ package proxypool_test
 import (
 	"os"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,20 +56,14 @@ func newNamespace(t *testing.T) string {
 	return ctrlsuite.NewNamespace(t, env)
 }
 
-// newProxy returns a valid Proxy on the "lab" entry.
-func newProxy(ns, name string) *crawlv1alpha1.Proxy { return ctrlsuite.NewProxy(ns, name) }
-
-// eventually and consistently poll instead of sleeping; eventually's
-// timeout follows the machine's pace (internal/testing/poll).
-func eventually(t *testing.T, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	poll.UntilPaced(t, timeout, cond)
-}
-
-func consistently(t *testing.T, d time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	poll.Always(t, d, cond)
-}
+// newProxy returns a valid Proxy on the "lab" entry; eventually and
+// consistently poll instead of sleeping, eventually's timeout following the
+// machine's pace (internal/testing/poll).
+var (
+	newProxy     = ctrlsuite.NewProxy
+	eventually   = poll.UntilPaced
+	consistently = poll.Always
+)
 
 // getProxy reads a Proxy from the API server.
 func getProxy(t *testing.T, ns, name string) *crawlv1alpha1.Proxy {
