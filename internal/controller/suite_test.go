@@ -90,13 +90,6 @@ func startOperator(t *testing.T, oo operatorOptions) *operator {
 	return &operator{fake: op.Fake, prober: op.Prober, reg: op.Reg, metrics: op.Metrics, logs: op.Logs, spans: op.Spans, op: op}
 }
 
-// asOperator returns the rest.Config an operator serving namespace ns runs
-// with (ctrlsuite.AsOperator).
-func asOperator(t *testing.T, ns string) *rest.Config {
-	t.Helper()
-	return ctrlsuite.AsOperator(t, env, ns)
-}
-
 // needEnvtest skips an envtest case in -short mode without a control plane.
 func needEnvtest(t *testing.T) {
 	t.Helper()
