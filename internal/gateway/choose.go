@@ -92,3 +92,12 @@ func (g *Gateway) nextMember(rt *route, candidates, tried []*Member) *Member {
 	}
 	return g.choose(candidates)
 }
+
+// candidates are the members a request or tunnel to host may use.
+func (g *Gateway) candidates(rt *route, host string) ([]*Member, error) {
+	candidates, err := g.eligible(rt)
+	if err != nil {
+		return nil, err
+	}
+	return g.withoutBanned(candidates, rt, host)
+}

@@ -46,39 +46,16 @@ func (g *Gateway) roundTripWithHeaders(req *http.Request) (*route, *http.Respons
 // 407 as a 502 of the gateway's) or error; 429 when every member it may use
 // is at its limit.
 func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error) {
-	host, err := destHost(req.URL.Host)
-	if err != nil {
-		return nil, err
-	}
-	candidates, err := g.eligible(rt)
-	if err != nil {
-		return nil, err
-	}
-	if candidates, err = g.withoutBanned(candidates, rt, host); err != nil {
-		return nil, err
-	}
 	if req.Body != nil && req.Body != http.NoBody {
 		// The Transport closes the body of a request whose dial failed;
 		// the server closes it when the request ends, so that the next
 		// member gets it untouched.
 		req.Body = keepOpen{req.Body}
 	}
-	var tried []*Member
-	var last *failedAttempt
-	for attempts := 0; ; {
-		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodHTTP)
-		if m == nil {
-			if last != nil {
-				return g.giveUp(req.Context(), last)
-			}
-			return nil, limitRefusal(wait)
-		}
-		if last != nil {
-			last.discard()
-			g.retried(last.m, MethodHTTP)
-		}
+	ctx := req.Context()
+	return attempts(ctx, g, rt, req.URL.Host, MethodHTTP, func(m *Member, release func()) (attempt[*http.Response], error) {
 		start := time.Now()
-		resp, err := g.transport.RoundTrip(req.WithContext(withMember(req.Context(), m)))
+		resp, err := g.transport.RoundTrip(req.WithContext(withMember(ctx, m)))
 		f := classify(resp, err)
 		if f == nil && !g.isBanStatus(resp.StatusCode) {
 			if f = primeBody(req, resp); f != nil {
@@ -89,35 +66,21 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		if f == nil && h != nil {
 			h.latencyHTTP.Observe(time.Since(start).Seconds())
 		}
-		if f == nil && g.isBanStatus(resp.StatusCode) {
+		last := &failedAttempt{m: m, resp: resp, err: err, release: release}
+		giveUp := func() (*http.Response, error) { return g.giveUp(ctx, last) }
+		switch {
+		case f == nil && g.isBanStatus(resp.StatusCode):
 			// The member works; the destination refuses its address.
 			// Another member may take an idempotent request without a
 			// body: nothing reached the client yet.
-			g.succeeded(m)
-			attemptEvent(req.Context(), m, "ban-status-"+strconv.Itoa(resp.StatusCode))
-			g.banned(req.Context(), m, host, "status-"+strconv.Itoa(resp.StatusCode))
-			attempts++
-			last = &failedAttempt{m: m, resp: resp, release: release}
-			if attempts >= g.maxAttempts || !idempotent(req) || (req.Body != nil && req.Body != http.NoBody) {
-				return g.giveUp(req.Context(), last)
-			}
-			continue
+			return attempt[*http.Response]{ban: "status-" + strconv.Itoa(resp.StatusCode), answer: giveUp, drop: last.discard,
+				again: idempotent(req) && (req.Body == nil || req.Body == http.NoBody)}, nil
+		case f == nil:
+			resp.Body = releasing(resp, &releasingBody{ReadCloser: resp.Body, release: release, ctx: ctx, handles: h})
+			return attempt[*http.Response]{val: resp}, nil
 		}
-		if f == nil {
-			g.succeeded(m)
-			attemptEvent(req.Context(), m, "ok")
-			forwardproxy.AccessField(req.Context(), "member", m.String())
-			resp.Body = releasing(resp, &releasingBody{ReadCloser: resp.Body, release: release, ctx: req.Context(), handles: h})
-			return resp, nil
-		}
-		attemptEvent(req.Context(), m, f.cause)
-		g.failed(m, f)
-		attempts++
-		last = &failedAttempt{m: m, resp: resp, err: err, release: release}
-		if attempts >= g.maxAttempts || !retryable(req, f) {
-			return g.giveUp(req.Context(), last)
-		}
-	}
+		return attempt[*http.Response]{fail: f, answer: giveUp, drop: last.discard, again: retryable(req, f)}, nil
+	})
 }
 
 // tinyproxyUnreached reports whether resp is tinyproxy's own answer to a

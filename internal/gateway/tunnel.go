@@ -33,58 +33,26 @@ func (g *Gateway) dialTunnel(ctx context.Context, target string) (*route, net.Co
 	if err := g.applyReports(ctx, rt, reps); err != nil {
 		return rt, nil, err
 	}
-	host, err := destHost(target)
-	if err != nil {
-		return rt, nil, err
-	}
-	candidates, err := g.eligible(rt)
-	if err != nil {
-		return rt, nil, err
-	}
-	if candidates, err = g.withoutBanned(candidates, rt, host); err != nil {
-		return rt, nil, err
-	}
 	// The client gets no byte before the tunnel is open, so every failed
 	// attempt may go to another member.
-	var tried []*Member
-	var last error
-	var lastMember *Member
-	for attempts := 0; ; {
-		m, release, wait := g.admitNext(rt, candidates, &tried, host, MethodConnect)
-		if m == nil {
-			if last != nil {
-				return rt, nil, last
-			}
-			return rt, nil, limitRefusal(wait)
-		}
-		if last != nil {
-			g.retried(lastMember, MethodConnect)
-		}
+	c, err := attempts(ctx, g, rt, target, MethodConnect, func(m *Member, release func()) (attempt[net.Conn], error) {
 		start := time.Now()
 		c, err := g.connect(ctx, m, target)
 		if err == nil {
-			g.succeeded(m)
-			attemptEvent(ctx, m, "ok")
-			forwardproxy.AccessField(ctx, "member", m.String())
 			if h := g.metrics.handlesOf(m); h != nil {
 				h.latencyTun.Observe(time.Since(start).Seconds())
 				c.ctx, c.handles = ctx, h
 			}
-			return rt, c.withRelease(release), nil
+			return attempt[net.Conn]{val: c.withRelease(release)}, nil
 		}
 		release()
 		f, ok := errors.AsType[*attemptError](err)
 		if !ok {
-			return rt, nil, err
+			return attempt[net.Conn]{}, err
 		}
-		attemptEvent(ctx, m, f.cause)
-		g.failed(m, f)
-		attempts++
-		last, lastMember = err, m
-		if !f.member || attempts >= g.maxAttempts || ctx.Err() != nil {
-			return rt, nil, err
-		}
-	}
+		return attempt[net.Conn]{fail: f, answer: func() (net.Conn, error) { return nil, err }, again: f.member && ctx.Err() == nil}, nil
+	})
+	return rt, c, err
 }
 
 // connect opens a tunnel to target through m: it dials the member, sends
