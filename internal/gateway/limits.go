@@ -109,38 +109,6 @@ func (g *Gateway) admit(m *Member, host string) (release func(), limit string, w
 	return func() { once.Do(func() { m.state.active.Add(-1) }) }, "", 0, true
 }
 
-// admitNext picks and admits the member of the next attempt, adding every
-// member it looks at to *tried: nil, with when to retry, when none can
-// take it (all tried or at a limit; a session stops at its own member's
-// limit).
-func (g *Gateway) admitNext(rt *route, candidates []*Member, tried *[]*Member, host, method string) (*Member, func(), time.Duration) {
-	wait := time.Duration(math.MaxInt64)
-	for {
-		m := g.nextMember(rt, candidates, *tried)
-		if m == nil {
-			return nil, nil, wait
-		}
-		*tried = append(*tried, m)
-		release, limit, w, ok := g.admit(m, host)
-		if ok {
-			if g.metrics != nil {
-				g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
-				if rt != nil && rt.session != "" {
-					g.metrics.handlesOf(m).sessions.Inc()
-				}
-			}
-			return m, release, 0
-		}
-		wait = min(wait, w)
-		if g.metrics != nil {
-			g.metrics.limited.WithLabelValues(m.Pool, m.Name, limit).Inc()
-		}
-		if rt != nil && rt.session != "" {
-			return nil, nil, wait
-		}
-	}
-}
-
 // rateLimiter is a token bucket per (member, destination host), at rate
 // per second with burst, for at most maxRateKeys pairs.
 type rateLimiter struct {
