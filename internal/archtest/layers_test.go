@@ -60,8 +60,10 @@ var layers = []layer{
 		imports: []string{"api", "base"}},
 	// The pool gateway's replica: the controller that makes its Deployment
 	// shares only api/v1alpha1/published with it (names of flags, variables
-	// and the published list), never its code.
-	{name: "gateway", match: prefix("internal/gateway"), imports: []string{"api", "base"}},
+	// and the published list), never its code. Its API watches
+	// (internal/gateway/gatewaywatch) feed its data path, so the layer
+	// imports itself.
+	{name: "gateway", match: prefix("internal/gateway"), imports: []string{"api", "base", "gateway"}},
 	{name: "provider", match: exact("internal/provider"), imports: []string{"api", "base"}},
 	{name: "provider types", match: prefix("internal/provider"), imports: []string{"api", "base", "provider"}},
 	{name: "controller", match: prefix("internal/controller"), imports: []string{"api", "base", "provider"}},

@@ -27,6 +27,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
 	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
 
@@ -313,10 +314,12 @@ func serveGateway(ctx context.Context, o gatewayOptions, clients GatewayClients,
 	gm *gateway.Metrics, p *forwardproxy.Proxy, ln, adminLn net.Listener, admin http.Handler) error {
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	var watches sync.WaitGroup
-	watches.Go(func() { gateway.Watch(watchCtx, clients.Core, o.namespace, o.pools, set, gm, log.WithName("watch")) })
+	watches.Go(func() {
+		gatewaywatch.Watch(watchCtx, clients.Core, o.namespace, o.pools, set, gm, log.WithName("watch"))
+	})
 	if o.gateway != "" {
 		watches.Go(func() {
-			gateway.WatchAdminBans(watchCtx, clients.Dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
+			gatewaywatch.WatchAdminBans(watchCtx, clients.Dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
 		})
 	}
 	err := serveWithAdmin(ctx, "gateway", ln, p, *o.serve, adminLn, admin)

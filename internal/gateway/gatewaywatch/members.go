@@ -1,13 +1,10 @@
-package gateway
+package gatewaywatch
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
 
 // Bounds of the retries of a Secret read that failed.
@@ -41,12 +42,12 @@ const (
 // ConfigMap of the list's name that the pool does not control (listRefusal)
 // is no list: the pool has no members from it, and it is logged (without
 // its content) and counted.
-func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *Set, m *Metrics, log logr.Logger) {
+func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *gateway.Set, m *gateway.Metrics, log logr.Logger) {
 	var wg sync.WaitGroup
 	for _, pool := range pools {
 		// A pool whose list never comes (a name that does not exist) has
 		// no member from the start, and its gauge says so.
-		m.setMembers(pool, 0)
+		m.ExpectPool(pool)
 		w := &poolWatch{pool: pool, name: published.ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
 			changed: make(chan struct{}, 1)}
 		selector := fields.OneTermEqualSelector("metadata.name", w.name).String()
@@ -97,8 +98,8 @@ func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools
 type poolWatch struct {
 	pool, name, namespace string
 	cs                    kubernetes.Interface
-	set                   *Set
-	m                     *Metrics
+	set                   *gateway.Set
+	m                     *gateway.Metrics
 	log                   logr.Logger
 	changed               chan struct{} // one pending signal at most
 	// cm is the ConfigMap as its last event had it; nil once deleted.
@@ -149,8 +150,7 @@ func (w *poolWatch) read(ctx context.Context) error {
 		s, err = w.cs.CoreV1().Secrets(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
 	}
 	if apierrors.IsNotFound(err) {
-		w.m.forget(w.set, w.pool, w.set.Update(w.pool, nil))
-		w.m.setMembers(w.pool, 0)
+		w.set.SetPool(w.pool, nil, w.m)
 		w.log.Info("the published list is gone; no members from this pool", "secret", w.name)
 		return nil
 	}
@@ -161,13 +161,12 @@ func (w *poolWatch) read(ctx context.Context) error {
 		w.refuse("secret", why)
 		return nil
 	}
-	list, err := ParseList(s.Data[published.ListKeyJSON])
+	list, err := gateway.ParseList(s.Data[published.ListKeyJSON])
 	if err != nil {
 		w.log.Error(err, "the published list cannot be read; keeping the members known", "secret", w.name)
 		return nil
 	}
-	w.m.forget(w.set, w.pool, w.set.Update(w.pool, list))
-	w.m.setMembers(w.pool, len(list))
+	w.set.SetPool(w.pool, list, w.m)
 	w.log.V(1).Info("members updated", "members", len(list))
 	return nil
 }
@@ -198,23 +197,6 @@ func listRefusal(obj metav1.Object, pool string) string {
 
 // refuse empties the pool: its list's object (kind) is not the pool's.
 func (w *poolWatch) refuse(kind, why string) {
-	w.m.forget(w.set, w.pool, w.set.Update(w.pool, nil))
-	w.m.setMembers(w.pool, 0)
-	w.m.refusedList(w.pool, kind+"-"+why)
+	w.set.RefusePool(w.pool, kind+"-"+why, w.m)
 	w.log.Info("the published list's "+kind+" is not controlled by the pool; no members from this pool", "name", w.name, "reason", why)
-}
-
-// setMembers records the number of members of pool; m may be nil.
-func (m *Metrics) setMembers(pool string, n int) {
-	if m != nil {
-		m.members.WithLabelValues(pool).Set(float64(n))
-	}
-}
-
-// refusedList counts a published list's object that was not the pool's;
-// m may be nil.
-func (m *Metrics) refusedList(pool, reason string) {
-	if m != nil {
-		m.listsRefused.WithLabelValues(pool, reason).Inc()
-	}
 }
