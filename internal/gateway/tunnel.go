@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -112,47 +111,26 @@ func isToken(s string) bool {
 
 // tunnelConn is the upstream end of a tunnel through a member. It keeps
 // what the forward proxy's relay uses of the TCP connection
-// (forwardproxy.RelayConn), and ends the tunnel's count on its member when
-// closed.
+// (forwardproxy.RelayConn), reads first the bytes the destination sent
+// right after the member's answer (forwardproxy.AheadConn), and ends the
+// tunnel's count on its member when closed.
 type tunnelConn struct {
-	forwardproxy.RelayConn
-	early   []byte // read after the member's answer, returned first
+	forwardproxy.AheadConn
 	release func()
-	mu      sync.Mutex
 	ctx     context.Context
 	handles *memberHandles // nil: no metrics
 	closed  atomic.Bool
 }
 
 func newTunnelConn(c net.Conn, early []byte) *tunnelConn {
-	tc := &tunnelConn{early: early}
-	// The relay may read the socket itself once the early bytes are read.
-	tc.RelayConn = forwardproxy.RelayConn{Conn: c, Ahead: tc.pending}
+	tc := &tunnelConn{}
+	tc.Init(c, early)
 	return tc
-}
-
-// pending reports whether early bytes are still to be read.
-func (c *tunnelConn) pending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.early) > 0
 }
 
 func (c *tunnelConn) withRelease(release func()) net.Conn {
 	c.release = release
 	return c
-}
-
-func (c *tunnelConn) Read(b []byte) (int, error) {
-	c.mu.Lock()
-	if len(c.early) > 0 {
-		n := copy(b, c.early)
-		c.early = c.early[n:]
-		c.mu.Unlock()
-		return n, nil
-	}
-	c.mu.Unlock()
-	return c.Conn.Read(b)
 }
 
 func (c *tunnelConn) Close() error {
