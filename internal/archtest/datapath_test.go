@@ -1,11 +1,7 @@
 package archtest
 
 import (
-	"bufio"
-	"bytes"
 	"maps"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -25,30 +21,6 @@ var dataPath = []string{"internal/gateway"}
 func apiClient(imp string) bool {
 	return prefix("k8s.io/client-go", "k8s.io/apimachinery", "k8s.io/api", "sigs.k8s.io/controller-runtime")(imp) ||
 		exact(module+"api/v1alpha1")(imp)
-}
-
-// externalGraph returns, for each of pkgs (paths inside the module), every
-// package its non-test files import, by full path.
-func externalGraph(t *testing.T, pkgs []string) map[string][]string {
-	t.Helper()
-	args := []string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}
-	for _, p := range pkgs {
-		args = append(args, "./"+p)
-	}
-	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Join("..", "..")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	g := map[string][]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) > 0 {
-			g[strings.TrimPrefix(f[0], module)] = f[1:]
-		}
-	}
-	return g
 }
 
 // checkDataPath returns one line per import of the data path that is an
@@ -72,7 +44,11 @@ func checkDataPath(g map[string][]string) []string {
 // client, no unstructured or dynamic client, no controller runtime and no
 // API types.
 func TestDataPathHasNoAPIClient(t *testing.T) {
-	g := externalGraph(t, dataPath)
+	patterns := make([]string, 0, len(dataPath))
+	for _, p := range dataPath {
+		patterns = append(patterns, "./"+p)
+	}
+	g := imports(t, patterns...)
 	if len(g) != len(dataPath) {
 		t.Fatalf("go list found %d of the %d data path packages %q", len(g), len(dataPath), dataPath)
 	}
@@ -83,11 +59,7 @@ func TestDataPathHasNoAPIClient(t *testing.T) {
 
 // TestCheckDataPathCatches: the check refuses what it is there to refuse.
 func TestCheckDataPathCatches(t *testing.T) {
-	tests := []struct {
-		reason string
-		g      map[string][]string
-		want   int
-	}{
+	catches(t, "checkDataPath", checkDataPath, []checkCase{
 		{reason: "client-go", g: map[string][]string{"internal/gateway": {"k8s.io/client-go/kubernetes"}}, want: 1},
 		{reason: "the dynamic client and unstructured objects", g: map[string][]string{"internal/gateway": {
 			"k8s.io/client-go/dynamic", "k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"}}, want: 2},
@@ -96,10 +68,5 @@ func TestCheckDataPathCatches(t *testing.T) {
 		{reason: "the published contract is fine", g: map[string][]string{"internal/gateway": {module + "api/v1alpha1/published", "net/http"}}, want: 0},
 		{reason: "the watches may use the API", g: map[string][]string{"internal/gateway/gatewaywatch": {"k8s.io/client-go/dynamic"}}, want: 0},
 		{reason: "a path that only starts like a forbidden one is fine", g: map[string][]string{"internal/gateway": {"k8s.io/apiextensions-like"}}, want: 0},
-	}
-	for _, tc := range tests {
-		if got := checkDataPath(tc.g); len(got) != tc.want {
-			t.Errorf("checkDataPath() = %q, want %d problems (%s)", got, tc.want, tc.reason)
-		}
-	}
+	})
 }

@@ -1,4 +1,4 @@
-// Package archtest holds the test that keeps the layers of
+// Package archtest holds the tests that keep the layers of
 // docs/architecture.md: no package imports one of a higher layer, and no
 // product package imports test support; and the gateway's data path
 // (internal/gateway) imports no API client (datapath_test.go). It has no

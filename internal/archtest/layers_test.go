@@ -87,9 +87,26 @@ func layerOf(pkg string) (layer, bool) {
 // non-test files import, by path inside the module.
 func graph(t *testing.T) map[string][]string {
 	t.Helper()
+	g := imports(t, "./...")
+	for pkg, imps := range g {
+		var own []string
+		for _, imp := range imps {
+			if rest, ok := strings.CutPrefix(imp, module); ok {
+				own = append(own, rest)
+			}
+		}
+		g[pkg] = own
+	}
+	return g
+}
+
+// imports returns each package go list finds for patterns, by path inside
+// the module, with every package its non-test files import, by full path.
+func imports(t *testing.T, patterns ...string) map[string][]string {
+	t.Helper()
 	// The go command that runs this test (go test puts its GOROOT's bin
 	// first on PATH).
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	cmd := exec.Command("go", append([]string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}, patterns...)...)
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()
 	if err != nil {
@@ -98,16 +115,8 @@ func graph(t *testing.T) map[string][]string {
 	g := map[string][]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		pkg := strings.TrimPrefix(f[0], module)
-		g[pkg] = []string{}
-		for _, imp := range f[1:] {
-			if rest, ok := strings.CutPrefix(imp, module); ok {
-				g[pkg] = append(g[pkg], rest)
-			}
+		if f := strings.Fields(sc.Text()); len(f) > 0 {
+			g[strings.TrimPrefix(f[0], module)] = f[1:]
 		}
 	}
 	return g
@@ -147,14 +156,28 @@ func TestLayers(t *testing.T) {
 	}
 }
 
+// checkCase is an import graph a check must find want problems in.
+type checkCase struct {
+	reason string
+	g      map[string][]string
+	want   int
+}
+
+// catches runs check on each case: a check that let everything through
+// would fail here.
+func catches(t *testing.T, name string, check func(map[string][]string) []string, cases []checkCase) {
+	t.Helper()
+	for _, tc := range cases {
+		if got := check(tc.g); len(got) != tc.want {
+			t.Errorf("%s() = %q, want %d problems (%s)", name, got, tc.want, tc.reason)
+		}
+	}
+}
+
 // TestCheckCatches: the check refuses what it is there to refuse, so that a
 // table that let everything through would fail here.
 func TestCheckCatches(t *testing.T) {
-	tests := []struct {
-		reason string
-		g      map[string][]string
-		want   int
-	}{
+	catches(t, "check", check, []checkCase{
 		{reason: "a product package importing test support", g: map[string][]string{
 			"internal/controller": {"internal/testing/poll"}, "internal/testing/poll": {}}, want: 1},
 		{reason: "a provider type importing the controller", g: map[string][]string{
@@ -168,10 +191,5 @@ func TestCheckCatches(t *testing.T) {
 		{reason: "the controller importing the gateway's code (it shares only api/v1alpha1/published with it)", g: map[string][]string{
 			"internal/controller": {"internal/gateway"}, "internal/gateway": {}}, want: 1},
 		{reason: "a package in no layer", g: map[string][]string{"internal/newthing": {}}, want: 1},
-	}
-	for _, tc := range tests {
-		if got := check(tc.g); len(got) != tc.want {
-			t.Errorf("check() = %q, want %d problems (%s)", got, tc.want, tc.reason)
-		}
-	}
+	})
 }
