@@ -4,11 +4,8 @@ import (
 	"context"
 
 	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
 
@@ -34,18 +31,7 @@ var proxyGateways = crawlv1alpha1.GroupVersion.WithResource("proxygateways")
 // all it needs. The gateway deleted, or an object that cannot be read,
 // leaves no administrator's ban.
 func WatchAdminBans(ctx context.Context, dyn dynamic.Interface, namespace, name string, g *gateway.Gateway, log logr.Logger) {
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
 	res := dyn.Resource(proxyGateways).Namespace(namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return res.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return res.Watch(ctx, o)
-		},
-	}
 	apply := func(obj any) {
 		u, ok := obj.(*unstructured.Unstructured)
 		if !ok || u.GetName() != name {
@@ -59,15 +45,10 @@ func WatchAdminBans(ctx context.Context, dyn dynamic.Interface, namespace, name 
 		}
 		g.SetAdminBans(AdminBansOf(&gw))
 	}
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		// The client says whether it streams lists (a fake does not).
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, dyn),
-		ObjectType:    &unstructured.Unstructured{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    apply,
-			UpdateFunc: func(_, obj any) { apply(obj) },
-			DeleteFunc: func(any) { g.SetAdminBans(nil) },
-		},
-	})
+	informer := informerByName(name, dyn, &unstructured.Unstructured{}, cache.ResourceEventHandlerFuncs{
+		AddFunc:    apply,
+		UpdateFunc: func(_, obj any) { apply(obj) },
+		DeleteFunc: func(any) { g.SetAdminBans(nil) },
+	}, res.List, res.Watch)
 	informer.RunWithContext(ctx)
 }

@@ -10,10 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -50,44 +47,28 @@ func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools
 		m.ExpectPool(pool)
 		w := &poolWatch{pool: pool, name: published.ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
 			changed: make(chan struct{}, 1)}
-		selector := fields.OneTermEqualSelector("metadata.name", w.name).String()
 		cms := cs.CoreV1().ConfigMaps(namespace)
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = selector
-				return cms.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = selector
-				return cms.Watch(ctx, o)
-			},
-		}
 		signal := func(obj any) {
 			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
 				w.cm.Store(cm)
 				w.signal()
 			}
 		}
-		_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-			// The client says whether it streams lists (a fake does not).
-			ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, cs),
-			ObjectType:    &corev1.ConfigMap{},
-			Handler: cache.ResourceEventHandlerFuncs{
-				AddFunc:    signal,
-				UpdateFunc: func(_, obj any) { signal(obj) },
-				// The pool is gone (or its list): no members from it,
-				// whether or not its Secret went yet.
-				DeleteFunc: func(obj any) {
-					if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-						obj = d.Obj
-					}
-					if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
-						w.cm.Store(nil)
-						w.signal()
-					}
-				},
+		informer := informerByName(w.name, cs, &corev1.ConfigMap{}, cache.ResourceEventHandlerFuncs{
+			AddFunc:    signal,
+			UpdateFunc: func(_, obj any) { signal(obj) },
+			// The pool is gone (or its list): no members from it,
+			// whether or not its Secret went yet.
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
+					w.cm.Store(nil)
+					w.signal()
+				}
 			},
-		})
+		}, cms.List, cms.Watch)
 		wg.Go(func() { informer.RunWithContext(ctx) })
 		wg.Go(func() { w.run(ctx) })
 	}
