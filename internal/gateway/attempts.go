@@ -9,11 +9,11 @@ import (
 // The attempt loop, shared by both paths (plain.go, tunnel.go): a path
 // says how one attempt through a member goes (its try), and the loop does
 // the rest, once for both, so that failover, bans and limits keep the same
-// books whichever path a client takes: the members a request may use
-// (choose.go), the next one to try and its admission (limits.go), a
-// success or a failure on the member (failover.go), a ban the answer said
-// (bans.go), and when to give up (MaxAttempts, or an attempt that no other
-// member may take over).
+// books whichever path a client takes: the members a request may use and
+// the next one to try, admitted (choose.go, limits.go), a success or a
+// failure on the member (failover.go), a ban the answer said (bans.go),
+// and when to give up (MaxAttempts, or an attempt that no other member may
+// take over).
 
 // attempt is how one attempt through a member went, as a path's try says.
 type attempt[R any] struct {
