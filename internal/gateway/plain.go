@@ -66,20 +66,24 @@ func (g *Gateway) roundTrip(req *http.Request, rt *route) (*http.Response, error
 		if f == nil && h != nil {
 			h.latencyHTTP.Observe(time.Since(start).Seconds())
 		}
-		last := &failedAttempt{m: m, resp: resp, err: err, release: release}
-		giveUp := func() (*http.Response, error) { return g.giveUp(ctx, last) }
-		switch {
-		case f == nil && g.isBanStatus(resp.StatusCode):
-			// The member works; the destination refuses its address.
-			// Another member may take an idempotent request without a
-			// body: nothing reached the client yet.
-			return attempt[*http.Response]{ban: "status-" + strconv.Itoa(resp.StatusCode), answer: giveUp, drop: last.discard,
-				again: idempotent(req) && (req.Body == nil || req.Body == http.NoBody)}, nil
-		case f == nil:
+		if f == nil && !g.isBanStatus(resp.StatusCode) {
 			resp.Body = releasing(resp, &releasingBody{ReadCloser: resp.Body, release: release, ctx: ctx, handles: h})
 			return attempt[*http.Response]{val: resp}, nil
 		}
-		return attempt[*http.Response]{fail: f, answer: giveUp, drop: last.discard, again: retryable(req, f)}, nil
+		// Kept until another member takes the request or failover gives
+		// up.
+		fa := &failedAttempt{m: m, resp: resp, err: err, release: release}
+		a := attempt[*http.Response]{fail: f, answer: func() (*http.Response, error) { return g.giveUp(ctx, fa) }, drop: fa.discard}
+		if f != nil {
+			a.again = retryable(req, f)
+			return a, nil
+		}
+		// A ban status: the member works; the destination refuses its
+		// address. Another member may take an idempotent request without a
+		// body: nothing reached the client yet.
+		a.ban = "status-" + strconv.Itoa(resp.StatusCode)
+		a.again = idempotent(req) && (req.Body == nil || req.Body == http.NoBody)
+		return a, nil
 	})
 }
 
