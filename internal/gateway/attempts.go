@@ -55,17 +55,19 @@ func attempts[R any](ctx context.Context, g *Gateway, rt *route, target, method 
 		return zero, err
 	}
 	var tried []*Member
-	var last *attempt[R]
+	// last is the last failed attempt, when n > 0; held by value, so that
+	// an attempt that succeeds costs no allocation.
+	var last attempt[R]
 	var lastMember *Member
 	for n := 0; ; {
 		m, release, wait := g.admitNext(rt, candidates, &tried, host, method)
 		if m == nil {
-			if last != nil {
+			if n > 0 {
 				return last.answer()
 			}
 			return zero, limitRefusal(wait)
 		}
-		if last != nil {
+		if n > 0 {
 			if last.drop != nil {
 				last.drop()
 			}
@@ -90,7 +92,7 @@ func attempts[R any](ctx context.Context, g *Gateway, rt *route, target, method 
 			return a.val, nil
 		}
 		n++
-		last, lastMember = &a, m
+		last, lastMember = a, m
 		if n >= g.maxAttempts || !a.again {
 			return a.answer()
 		}
