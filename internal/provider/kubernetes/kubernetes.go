@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
-	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -229,23 +228,6 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 	return pod, nil
 }
 
-// egressArgs returns the proxy subcommand's flags for the entry's egress
-// policy; the default policy needs none, so pods of entries without one
-// keep their arguments.
-func egressArgs(e egress.Policy) []string {
-	var args []string
-	if len(e.AllowCIDRs) > 0 {
-		args = append(args, "--"+egress.FlagAllowCIDRs+"="+egress.FormatPrefixes(e.AllowCIDRs))
-	}
-	if len(e.DenyCIDRs) > 0 {
-		args = append(args, "--"+egress.FlagDenyCIDRs+"="+egress.FormatPrefixes(e.DenyCIDRs))
-	}
-	if len(e.ConnectPorts) > 0 {
-		args = append(args, "--"+egress.FlagConnectPorts+"="+egress.FormatPorts(e.ConnectPorts))
-	}
-	return args
-}
-
 // podFor builds the pod of a request.
 func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 	mt, ok := p.entry.MachineTypes[req.MachineType]
@@ -270,7 +252,7 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		}
 		args = append(args, "--allowed-source-ranges="+strings.Join(ranges, ","))
 	}
-	args = append(args, egressArgs(req.Proxy.Egress)...)
+	args = append(args, req.Proxy.Egress.Args()...)
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr(false),
 		ReadOnlyRootFilesystem:   ptr(true),
