@@ -20,7 +20,10 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/proxycmd"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run runs the engine until SIGTERM or SIGINT and returns the exit code.
+func run() int {
 	// journald stamps each line itself; the text handler keeps the
 	// fields one key=value each, as the pods' structured logs have them.
 	h := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{
@@ -34,11 +37,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	err := proxycmd.Run(ctx, os.Args[1:], proxycmd.Env{Command: "egress-proxy", Getenv: os.Getenv, Log: logr.FromSlogHandler(h)})
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-	case err != nil:
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, err)
-		stop()
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
