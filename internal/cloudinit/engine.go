@@ -41,7 +41,7 @@ const (
 	engineUnitName       = "egress-proxy.service"
 	engineUnitPath       = "/etc/systemd/system/" + engineUnitName
 	engineInstallPath    = "/usr/local/lib/egress-proxy/install"
-	engineCredentialsDir = "/etc/egress-proxy/credentials"
+	engineCredentialsDir = "/etc/egress-proxy/credentials" //nolint:gosec // G101: a directory's path, not a credential
 	engineGuardDropIn    = "/etc/systemd/system/" + engineUnitName + ".d/egress-proxy-guard.conf"
 	engineGuardUnitName  = "egress-proxy-engine-guard.service"
 	engineGuardUnitPath  = "/etc/systemd/system/" + engineGuardUnitName
@@ -170,7 +170,7 @@ func renderEngine(p Proxy) cloudConfig {
 		},
 	}
 	if p.ExtraUserData != "" {
-		engineGuard(&cc, p)
+		engineGuard(&cc)
 	}
 	return cc
 }
@@ -181,7 +181,7 @@ func renderEngine(p Proxy) cloudConfig {
 // the engine is restarted once the user's part has run, so that a part
 // that rewrites them, flushes the ruleset or stops the engine leaves it
 // stopped or undone, never serving without its policy.
-func engineGuard(cc *cloudConfig, p Proxy) {
+func engineGuard(cc *cloudConfig) {
 	var dropIn strings.Builder
 	dropIn.WriteString("# Written by egress-proxies-operator: the engine starts only with the operator's files and egress rules.\n[Service]\n")
 	for _, f := range cc.WriteFiles {
