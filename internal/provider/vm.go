@@ -10,8 +10,9 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
 )
 
-// The start of Create and Delete that the types running proxies as VMs
-// (libvirt, proxmox) share, so that neither keeps a copy.
+// What the types running proxies as VMs (libvirt, proxmox) share, so that
+// neither keeps a copy: the start of Create and Delete, and the hash their
+// placement choices derive from.
 
 // Names serialises a provider's calls by instance name, so that two calls
 // for one instance never interleave their steps. The zero value is ready to
@@ -80,10 +81,10 @@ func Catalogued[I any](e *config.Entry, images map[string]I, req Request, what, 
 }
 
 // InstanceHash hashes an instance's identity (its owner's uid and its
-// name), for the choices a VM type derives from it: the first VMID probed,
-// the node of a zone, the MAC address. It must never change: a provider
-// recomputes it for instances made by earlier releases (libvirt matches a
-// domain's lease by the MAC it derives).
+// name), for the choices a VM type derives from it: the node of a zone and
+// the first VMID probed (proxmox), the MAC address (libvirt). It is
+// deterministic so that every call of a Create, in any process, plans the
+// same choices for one instance.
 func InstanceHash(ownerUID, name string) uint64 {
 	h := fnv.New64a()
 	for _, s := range []string{ownerUID, name} {
