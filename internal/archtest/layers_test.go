@@ -51,13 +51,16 @@ func testSupport(pkg string) bool {
 // layers is the table, lowest first.
 var layers = []layer{
 	{name: "test support", match: testSupport,
-		imports: []string{"test support", "api", "base", "gateway", "provider", "provider types", "controller", "setup", "client"}},
+		imports: []string{"test support", "api", "base", "engine", "gateway", "provider", "provider types", "controller", "setup", "client"}},
 	{name: "api", match: prefix("api")},
 	{name: "base", match: exact(
 		"internal/config", "internal/keyedlock", "internal/sharedread", "internal/ownership",
 		"internal/nocloud", "internal/cloudinit", "internal/forwardproxy", "internal/egress",
 		"internal/probe", "internal/metrics", "internal/tracing"),
 		imports: []string{"api", "base"}},
+	// The forward proxy as a command, the one engine of every member: a
+	// pod's `proxy` subcommand and the guest binary run it.
+	{name: "engine", match: exact("internal/proxycmd"), imports: []string{"base"}},
 	// The pool gateway's replica: the controller that makes its Deployment
 	// shares only api/v1alpha1/published with it (names of flags, variables
 	// and the published list), never its code. Its API watches
@@ -67,11 +70,14 @@ var layers = []layer{
 	{name: "provider", match: exact("internal/provider"), imports: []string{"api", "base"}},
 	{name: "provider types", match: prefix("internal/provider"), imports: []string{"api", "base", "provider"}},
 	{name: "controller", match: prefix("internal/controller"), imports: []string{"api", "base", "provider"}},
-	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "gateway", "provider", "provider types", "controller"}},
+	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "engine", "gateway", "provider", "provider types", "controller"}},
 	// A client of the API (the kubectl plugin) sees only the API's types,
 	// never the control plane.
 	{name: "client", match: exact("internal/kubectlegress"), imports: []string{"api"}},
-	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "gateway", "provider", "provider types", "controller", "setup", "client"}},
+	// The guest binary links the engine alone (TestGuestEngineDeps holds
+	// what that brings in).
+	{name: "guest", match: exact("cmd/egress-proxy"), imports: []string{"engine"}},
+	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "engine", "gateway", "provider", "provider types", "controller", "setup", "client"}},
 }
 
 func layerOf(pkg string) (layer, bool) {
@@ -190,6 +196,58 @@ func TestCheckCatches(t *testing.T) {
 			"internal/testing/pvelab": {"internal/setup"}, "internal/setup": {}}, want: 0},
 		{reason: "the controller importing the gateway's code (it shares only api/v1alpha1/published with it)", g: map[string][]string{
 			"internal/controller": {"internal/gateway"}, "internal/gateway": {}}, want: 1},
+		{reason: "the engine importing the controller", g: map[string][]string{
+			"internal/proxycmd": {"internal/controller"}, "internal/controller": {}}, want: 1},
+		{reason: "the guest binary importing setup (the API machinery comes with it)", g: map[string][]string{
+			"cmd/egress-proxy": {"internal/setup"}, "internal/setup": {}}, want: 1},
 		{reason: "a package in no layer", g: map[string][]string{"internal/newthing": {}}, want: 1},
 	})
+}
+
+// guestCommand is the guest binary, which a VM member's guest receives
+// through the provider's API at every new version: what it links is paid
+// for in bytes per storage and in the guest's memory.
+const guestCommand = "./cmd/egress-proxy"
+
+// apiMachinery are the module path prefixes the guest binary must not
+// link: the Kubernetes client stack and the operator's telemetry, none of
+// which a guest's forward proxy uses.
+var apiMachinery = []string{"k8s.io/", "sigs.k8s.io/", "go.opentelemetry.io/", "google.golang.org/grpc"}
+
+// heavy returns the packages of deps that are API machinery.
+func heavy(deps []string) []string {
+	var bad []string
+	for _, d := range deps {
+		if slices.ContainsFunc(apiMachinery, func(p string) bool { return strings.HasPrefix(d, p) }) {
+			bad = append(bad, d)
+		}
+	}
+	return bad
+}
+
+// TestGuestEngineDeps: the guest binary links no API machinery, however
+// deep an import would bring it (the layer table sees only the module's
+// own packages).
+func TestGuestEngineDeps(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", guestCommand)
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", guestCommand, err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"internal/forwardproxy") {
+		t.Fatalf("go list -deps %s does not list the forward proxy; the check would see nothing", guestCommand)
+	}
+	if bad := heavy(deps); len(bad) > 0 {
+		t.Errorf("%s links API machinery (%d packages), which a guest does not use; first: %q", guestCommand, len(bad), bad[:min(5, len(bad))])
+	}
+}
+
+// TestHeavyCatches: heavy finds a client-go package among plain ones.
+func TestHeavyCatches(t *testing.T) {
+	got := heavy([]string{"net/http", module + "internal/forwardproxy", "k8s.io/client-go/rest", "sigs.k8s.io/yaml"})
+	if want := []string{"k8s.io/client-go/rest", "sigs.k8s.io/yaml"}; !slices.Equal(got, want) {
+		t.Errorf("heavy() = %q, want %q", got, want)
+	}
 }
