@@ -203,6 +203,14 @@ GO_BUILD      = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.vers
 build: ## Build the operator binary (static, the one the image carries) into bin/.
 	$(GO_BUILD) -o $(BIN_DIR)/egress-proxies-operator ./cmd/egress-proxies-operator
 
+# The guest binary of VM members, for the guest architectures the VM
+# providers run (docs/guest-engine.md).
+GUEST_ARCHES ?= amd64 arm64
+
+.PHONY: guest-engine
+guest-engine: ## Build the VM guests' forward proxy (cmd/egress-proxy, static, stripped) for GUEST_ARCHES into bin/guest/.
+	for arch in $(GUEST_ARCHES); do GOOS=linux GOARCH=$$arch $(GO_BUILD) -o $(BIN_DIR)/guest/egress-proxy-linux-$$arch ./cmd/egress-proxy || exit 1; done
+
 .PHONY: run
 run: ## Run the operator against the current kubeconfig (needs --providers-config via ARGS).
 	$(GO) run ./cmd/egress-proxies-operator $(ARGS)

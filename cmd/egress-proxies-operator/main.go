@@ -27,6 +27,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/probe"
+	"github.com/egress-proxies/egress-proxies-operator/internal/proxycmd"
 	"github.com/egress-proxies/egress-proxies-operator/internal/setup"
 	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
@@ -68,7 +69,7 @@ func main() {
 	// runs the proxies too.
 	if len(os.Args) > 1 && os.Args[1] == "proxy" {
 		ctrl.SetLogger(zap.New())
-		err := setup.RunProxy(ctrl.SetupSignalHandler(), os.Args[2:], setup.ProxyEnv{Getenv: os.Getenv, Log: ctrl.Log.WithName("proxy")})
+		err := proxycmd.Run(ctrl.SetupSignalHandler(), os.Args[2:], proxycmd.Env{Getenv: os.Getenv, Log: ctrl.Log.WithName("proxy")})
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			return

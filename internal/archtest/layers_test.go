@@ -51,17 +51,22 @@ func testSupport(pkg string) bool {
 // layers is the table, lowest first.
 var layers = []layer{
 	{name: "test support", match: testSupport,
-		imports: []string{"test support", "api", "base", "gateway", "provider", "provider types", "controller shared", "controller loop", "controller", "setup", "client"}},
+		imports: []string{"test support", "api", "base", "engine", "gateway", "provider", "provider types", "controller shared", "controller loop", "controller", "setup", "client"}},
 	{name: "api", match: prefix("api")},
 	{name: "base", match: exact(
 		"internal/config", "internal/keyedlock", "internal/sharedread", "internal/ownership",
 		"internal/nocloud", "internal/cloudinit", "internal/forwardproxy", "internal/egress",
 		"internal/probe", "internal/metrics", "internal/tracing"),
 		imports: []string{"api", "base"}},
+	// The forward proxy as a command, the one engine of every member: a
+	// pod's `proxy` subcommand and the guest binary run it.
+	{name: "engine", match: exact("internal/proxycmd"), imports: []string{"base"}},
 	// The pool gateway's replica: the controller that makes its Deployment
 	// shares only api/v1alpha1/published with it (names of flags, variables
-	// and the published list), never its code.
-	{name: "gateway", match: prefix("internal/gateway"), imports: []string{"api", "base"}},
+	// and the published list), never its code. Its API watches
+	// (internal/gateway/gatewaywatch) feed its data path, so the layer
+	// imports itself.
+	{name: "gateway", match: prefix("internal/gateway"), imports: []string{"api", "base", "gateway"}},
 	{name: "provider", match: exact("internal/provider"), imports: []string{"api", "base"}},
 	{name: "provider types", match: prefix("internal/provider"), imports: []string{"api", "base", "provider"}},
 	// The control loops. The Proxy loop, garbage collection and provider
@@ -74,11 +79,14 @@ var layers = []layer{
 	{name: "controller loop", match: func(pkg string) bool { return strings.HasPrefix(pkg, "internal/controller/") },
 		imports: []string{"api", "base", "provider", "controller shared"}},
 	{name: "controller", match: exact("internal/controller"), imports: []string{"api", "base", "provider", "controller shared", "controller loop"}},
-	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "gateway", "provider", "provider types", "controller"}},
+	{name: "setup", match: prefix("internal/setup"), imports: []string{"api", "base", "engine", "gateway", "provider", "provider types", "controller"}},
 	// A client of the API (the kubectl plugin) sees only the API's types,
 	// never the control plane.
 	{name: "client", match: exact("internal/kubectlegress"), imports: []string{"api"}},
-	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "gateway", "provider", "provider types", "controller", "setup", "client"}},
+	// The guest binary links the engine alone (TestGuestEngineDeps holds
+	// what that brings in).
+	{name: "guest", match: exact("cmd/egress-proxy"), imports: []string{"engine"}},
+	{name: "cmd", match: prefix("cmd"), imports: []string{"api", "base", "engine", "gateway", "provider", "provider types", "controller", "setup", "client"}},
 }
 
 func layerOf(pkg string) (layer, bool) {
@@ -94,9 +102,26 @@ func layerOf(pkg string) (layer, bool) {
 // non-test files import, by path inside the module.
 func graph(t *testing.T) map[string][]string {
 	t.Helper()
+	g := imports(t, "./...")
+	for pkg, imps := range g {
+		var own []string
+		for _, imp := range imps {
+			if rest, ok := strings.CutPrefix(imp, module); ok {
+				own = append(own, rest)
+			}
+		}
+		g[pkg] = own
+	}
+	return g
+}
+
+// imports returns each package go list finds for patterns, by path inside
+// the module, with every package its non-test files import, by full path.
+func imports(t *testing.T, patterns ...string) map[string][]string {
+	t.Helper()
 	// The go command that runs this test (go test puts its GOROOT's bin
 	// first on PATH).
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	cmd := exec.Command("go", append([]string{"list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`}, patterns...)...)
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()
 	if err != nil {
@@ -105,16 +130,8 @@ func graph(t *testing.T) map[string][]string {
 	g := map[string][]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		pkg := strings.TrimPrefix(f[0], module)
-		g[pkg] = []string{}
-		for _, imp := range f[1:] {
-			if rest, ok := strings.CutPrefix(imp, module); ok {
-				g[pkg] = append(g[pkg], rest)
-			}
+		if f := strings.Fields(sc.Text()); len(f) > 0 {
+			g[strings.TrimPrefix(f[0], module)] = f[1:]
 		}
 	}
 	return g
@@ -154,14 +171,28 @@ func TestLayers(t *testing.T) {
 	}
 }
 
+// checkCase is an import graph a check must find want problems in.
+type checkCase struct {
+	reason string
+	g      map[string][]string
+	want   int
+}
+
+// catches runs check on each case: a check that let everything through
+// would fail here.
+func catches(t *testing.T, name string, check func(map[string][]string) []string, cases []checkCase) {
+	t.Helper()
+	for _, tc := range cases {
+		if got := check(tc.g); len(got) != tc.want {
+			t.Errorf("%s() = %q, want %d problems (%s)", name, got, tc.want, tc.reason)
+		}
+	}
+}
+
 // TestCheckCatches: the check refuses what it is there to refuse, so that a
 // table that let everything through would fail here.
 func TestCheckCatches(t *testing.T) {
-	tests := []struct {
-		reason string
-		g      map[string][]string
-		want   int
-	}{
+	catches(t, "check", check, []checkCase{
 		{reason: "a product package importing test support", g: map[string][]string{
 			"internal/controller": {"internal/testing/poll"}, "internal/testing/poll": {}}, want: 1},
 		{reason: "a provider type importing the controller", g: map[string][]string{
@@ -189,11 +220,58 @@ func TestCheckCatches(t *testing.T) {
 			"internal/controller/proxypool":    {"internal/controller/shared"},
 			"internal/controller/proxygateway": {"internal/controller/shared"},
 			"internal/controller/shared":       {}}, want: 0},
+		{reason: "the engine importing the controller", g: map[string][]string{
+			"internal/proxycmd": {"internal/controller"}, "internal/controller": {}}, want: 1},
+		{reason: "the guest binary importing setup (the API machinery comes with it)", g: map[string][]string{
+			"cmd/egress-proxy": {"internal/setup"}, "internal/setup": {}}, want: 1},
 		{reason: "a package in no layer", g: map[string][]string{"internal/newthing": {}}, want: 1},
-	}
-	for _, tc := range tests {
-		if got := check(tc.g); len(got) != tc.want {
-			t.Errorf("check() = %q, want %d problems (%s)", got, tc.want, tc.reason)
+	})
+}
+
+// guestCommand is the guest binary, which a VM member's guest receives
+// through the provider's API at every new version: what it links is paid
+// for in bytes per storage and in the guest's memory.
+const guestCommand = "./cmd/egress-proxy"
+
+// apiMachinery are the module path prefixes the guest binary must not
+// link: the Kubernetes client stack and the operator's telemetry, none of
+// which a guest's forward proxy uses.
+var apiMachinery = []string{"k8s.io/", "sigs.k8s.io/", "go.opentelemetry.io/", "google.golang.org/grpc"}
+
+// heavy returns the packages of deps that are API machinery.
+func heavy(deps []string) []string {
+	var bad []string
+	for _, d := range deps {
+		if slices.ContainsFunc(apiMachinery, func(p string) bool { return strings.HasPrefix(d, p) }) {
+			bad = append(bad, d)
 		}
+	}
+	return bad
+}
+
+// TestGuestEngineDeps: the guest binary links no API machinery, however
+// deep an import would bring it (the layer table sees only the module's
+// own packages).
+func TestGuestEngineDeps(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", guestCommand)
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", guestCommand, err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, module+"internal/forwardproxy") {
+		t.Fatalf("go list -deps %s does not list the forward proxy; the check would see nothing", guestCommand)
+	}
+	if bad := heavy(deps); len(bad) > 0 {
+		t.Errorf("%s links API machinery (%d packages), which a guest does not use; first: %q", guestCommand, len(bad), bad[:min(5, len(bad))])
+	}
+}
+
+// TestHeavyCatches: heavy finds a client-go package among plain ones.
+func TestHeavyCatches(t *testing.T) {
+	got := heavy([]string{"net/http", module + "internal/forwardproxy", "k8s.io/client-go/rest", "sigs.k8s.io/yaml"})
+	if want := []string{"k8s.io/client-go/rest", "sigs.k8s.io/yaml"}; !slices.Equal(got, want) {
+		t.Errorf("heavy() = %q, want %q", got, want)
 	}
 }

@@ -23,11 +23,20 @@ const (
 // nftablesUnit loads the rules before tinyproxy starts, and after the
 // distribution's nftables.service, whose /etc/nftables.conf may flush the
 // whole ruleset.
-const nftablesUnit = `[Unit]
-Description=Egress policy of the egress proxy (nftables rules for the tinyproxy user)
-Before=tinyproxy.service
-After=network-pre.target nftables.service
+var nftablesUnit = nftablesUnitFor(tinyproxyUser, "tinyproxy.service", "")
 
+// nftablesUnitFor is the unit that loads the rules of user before the
+// service, with extra [Unit] lines.
+func nftablesUnitFor(user, service, extra string) string {
+	return `[Unit]
+Description=Egress policy of the egress proxy (nftables rules for the ` + user + ` user)
+Before=` + service + `
+After=network-pre.target nftables.service
+` + extra + nftablesUnitRest
+}
+
+// nftablesUnitRest is the part of the rules' unit after [Unit].
+const nftablesUnitRest = `
 [Service]
 Type=oneshot
 RemainAfterExit=yes
@@ -84,7 +93,14 @@ func connectPortLines(ranges []egress.PortRange) ([]int, error) {
 // resolvers often sit on loopback or a private address, and tinyproxy
 // never sends UDP for its clients. The kernel checks the address actually
 // connected to, whatever a name resolved to.
-func NftablesRules(e egress.Policy) string {
+func NftablesRules(e egress.Policy) string { return nftablesRules(e, tinyproxyUser) }
+
+// tinyproxyUser is the user tinyproxy runs as on the distributions the
+// user-data supports.
+const tinyproxyUser = "tinyproxy"
+
+// nftablesRules is NftablesRules for the proxy running as user.
+func nftablesRules(e egress.Policy, user string) string {
 	var defaults []netip.Prefix
 	for _, d := range egress.DefaultDeniedRanges {
 		defaults = append(defaults, d.Prefix)
@@ -128,7 +144,7 @@ func NftablesRules(e egress.Policy) string {
 	const reject = "reject with icmpx type admin-prohibited"
 	b.WriteString("\tchain output {\n")
 	b.WriteString("\t\ttype filter hook output priority filter; policy accept;\n")
-	b.WriteString("\t\tmeta skuid != \"tinyproxy\" accept\n")
+	fmt.Fprintf(&b, "\t\tmeta skuid != %q accept\n", user)
 	b.WriteString("\t\tct direction reply accept\n")
 	b.WriteString("\t\tudp dport 53 accept\n")
 	rule := func(set, match, verdict string) {

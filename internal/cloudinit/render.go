@@ -34,8 +34,12 @@ type Proxy struct {
 	ExtraUserData string
 	// Egress is the entry's destination policy: ConnectPort lines in
 	// tinyproxy.conf, and nftables rules that refuse the denied
-	// destinations to the tinyproxy user (see NftablesRules).
+	// destinations to the tinyproxy user (see NftablesRules); with Engine,
+	// the engine's flags, and the same rules for the engine's user.
 	Egress egress.Policy
+	// Engine, when set, makes the guest run the operator's own forward
+	// proxy instead of tinyproxy (docs/guest-engine.md).
+	Engine *Engine
 }
 
 // credentialRE is what a username or password may hold: characters that need
@@ -48,8 +52,8 @@ const boundary = "==egress-proxies-operator-part=="
 
 // cloudConfig is the subset of cloud-init's #cloud-config schema we write.
 type cloudConfig struct {
-	PackageUpdate bool        `json:"package_update"`
-	Packages      []string    `json:"packages"`
+	PackageUpdate bool        `json:"package_update,omitempty"`
+	Packages      []string    `json:"packages,omitempty"`
 	WriteFiles    []writeFile `json:"write_files"`
 	RunCmd        [][]string  `json:"runcmd"`
 }
@@ -79,9 +83,35 @@ func Render(p Proxy) ([]byte, error) {
 	if p.Username == "" && len(p.AllowedSourceRanges) == 0 {
 		return nil, errors.New("refusing to render an open proxy: without credentials, allowed source ranges are required")
 	}
+	var cc cloudConfig
+	if p.Engine != nil {
+		if err := p.Engine.check(); err != nil {
+			return nil, err
+		}
+		cc = renderEngine(p)
+	} else {
+		var err error
+		if cc, err = renderTinyproxy(p); err != nil {
+			return nil, err
+		}
+	}
+	body, err := yaml.Marshal(cc)
+	if err != nil {
+		return nil, fmt.Errorf("marshalling cloud-config: %w", err)
+	}
+	own := append([]byte("#cloud-config\n"), body...)
+	if p.ExtraUserData == "" {
+		return own, nil
+	}
+	return multipart(own, p.ExtraUserData)
+}
+
+// renderTinyproxy is Render's cloud-config for a guest that runs tinyproxy,
+// installed from the distribution's mirror.
+func renderTinyproxy(p Proxy) (cloudConfig, error) {
 	connectPorts, err := connectPortLines(p.Egress.ConnectPorts)
 	if err != nil {
-		return nil, err
+		return cloudConfig{}, err
 	}
 	cc := cloudConfig{
 		PackageUpdate: true,
@@ -111,15 +141,7 @@ func Render(p Proxy) ([]byte, error) {
 	if p.ExtraUserData != "" {
 		guard(&cc, p, connectPorts)
 	}
-	body, err := yaml.Marshal(cc)
-	if err != nil {
-		return nil, fmt.Errorf("marshalling cloud-config: %w", err)
-	}
-	own := append([]byte("#cloud-config\n"), body...)
-	if p.ExtraUserData == "" {
-		return own, nil
-	}
-	return multipart(own, p.ExtraUserData)
+	return cc, nil
 }
 
 // Where the guard of a Proxy with extra user-data lives (see guard).

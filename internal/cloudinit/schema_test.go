@@ -173,6 +173,18 @@ func TestRenderValidatesAgainstCloudInitSchema(t *testing.T) {
 			wantDocs: 2,
 		},
 		{
+			name:     "guest engine",
+			reason:   "the engine's files, units and user instead of packages",
+			proxy:    Proxy{Port: 3128, Username: "u", Password: "p", Engine: testEngine()},
+			wantDocs: 1,
+		},
+		{
+			name:     "guest engine, extra cloud-config",
+			reason:   "the engine with its guard and the user's part",
+			proxy:    Proxy{Port: 3128, Username: "u", Password: "p", Engine: testEngine(), ExtraUserData: "#cloud-config\nruncmd:\n  - [echo, extra]\n"},
+			wantDocs: 2,
+		},
+		{
 			name:     "extra shell script",
 			reason:   "the MIME form with a script part: only our part is cloud-config",
 			proxy:    Proxy{Port: 3128, AllowedSourceRanges: prefixes(t, "198.51.100.7/32"), ExtraUserData: "#!/bin/sh\necho extra\n"},

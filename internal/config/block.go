@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 
@@ -37,4 +38,30 @@ func ValidateBudgets(path *field.Path, budgets map[string]*metav1.Duration) fiel
 		}
 	}
 	return errs
+}
+
+// ValidateTrust checks how a block verifies the peer it talks to (an SSH
+// host, an API's certificate): by the file at fileField, which need
+// describes, or, explicitly and not recommended, not at all (the boolean
+// insecure at insecureField). One of the two is required, so that no entry
+// skips verification by omission; both are a contradiction.
+func ValidateTrust(path *field.Path, fileField, file, insecureField string, insecure bool, need string) field.ErrorList {
+	switch {
+	case file == "" && !insecure:
+		return field.ErrorList{field.Required(path.Child(fileField), need+" (or "+insecureField+": true, not recommended)")}
+	case file != "" && insecure:
+		return field.ErrorList{field.Forbidden(path.Child(insecureField), "give "+fileField+" or "+insecureField+", not both")}
+	}
+	return nil
+}
+
+// vlanMax is the highest 802.1Q VLAN ID (4095 is reserved).
+const vlanMax = 4094
+
+// ValidateVLANTag checks the VLAN tag at path: 0 (none) or a VLAN ID.
+func ValidateVLANTag(path *field.Path, tag int) field.ErrorList {
+	if tag != 0 && (tag < 1 || tag > vlanMax) {
+		return field.ErrorList{field.Invalid(path, tag, fmt.Sprintf("must be between 1 and %d", vlanMax))}
+	}
+	return nil
 }

@@ -260,8 +260,9 @@ func (r *PortRange) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the form UnmarshalJSON reads.
 func (r PortRange) MarshalJSON() ([]byte, error) { return json.Marshal(r.String()) }
 
-// Flag names of the proxy subcommand for a Policy, which the kubernetes
-// provider writes into its pods' arguments (see Flags).
+// Flag names of the engine for a Policy, which the kubernetes provider
+// writes into its pods' arguments and cloud-init into a guest's unit
+// (Policy.Args, read back by BindFlags).
 const (
 	FlagAllowCIDRs   = "egress-allow-cidrs"
 	FlagDenyCIDRs    = "egress-deny-cidrs"
@@ -307,6 +308,24 @@ func (f *Flags) Policy() (Policy, error) {
 		return p, fmt.Errorf("--%s: at least one port (the default is %s)", FlagConnectPorts, FormatPorts(DefaultConnectPorts))
 	}
 	return p, nil
+}
+
+// Args returns the flags (BindFlags's) that say p, for the engine's command
+// line: a kubernetes member's pod arguments and a VM guest's unit. Parts
+// left empty are not written, so that the engine's defaults (the safe
+// policy) apply.
+func (p Policy) Args() []string {
+	var args []string
+	if len(p.AllowCIDRs) > 0 {
+		args = append(args, "--"+FlagAllowCIDRs+"="+FormatPrefixes(p.AllowCIDRs))
+	}
+	if len(p.DenyCIDRs) > 0 {
+		args = append(args, "--"+FlagDenyCIDRs+"="+FormatPrefixes(p.DenyCIDRs))
+	}
+	if len(p.ConnectPorts) > 0 {
+		args = append(args, "--"+FlagConnectPorts+"="+FormatPorts(p.ConnectPorts))
+	}
+	return args
 }
 
 // ParsePrefixes parses a comma-separated list of CIDRs; empty items are

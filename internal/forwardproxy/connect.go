@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 )
 
@@ -149,26 +148,15 @@ func (x *exchange) refuseConn(c net.Conn, r refusal) {
 }
 
 // prefixConn is a connection handed to net/http: its reads return first
-// the bytes read while looking at the first request. A tunnel (a CONNECT
-// after another request) may splice its socket once those were read, never
-// before (RelayConn.Ahead).
+// the bytes read while looking at the first request (AheadConn).
 type prefixConn struct {
-	RelayConn
-	mu     sync.Mutex
-	prefix []byte
+	AheadConn
 }
 
 func newPrefixConn(c net.Conn, prefix []byte) *prefixConn {
-	pc := &prefixConn{prefix: prefix}
-	pc.RelayConn = RelayConn{Conn: c, Ahead: pc.pending}
+	pc := &prefixConn{}
+	pc.Init(c, prefix)
 	return pc
-}
-
-// pending reports whether prefix bytes are still to be read.
-func (c *prefixConn) pending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.prefix) > 0
 }
 
 // refused bounds what is left of a refused connection: net/http reads the
@@ -186,18 +174,6 @@ func (c *prefixConn) refused() {
 // authenticated passes the admission of the connection's client on to
 // the connection under the prefix.
 func (c *prefixConn) authenticated() { markAuthenticated(c.Conn) }
-
-func (c *prefixConn) Read(b []byte) (int, error) {
-	c.mu.Lock()
-	if len(c.prefix) > 0 {
-		n := copy(b, c.prefix)
-		c.prefix = c.prefix[n:]
-		c.mu.Unlock()
-		return n, nil
-	}
-	c.mu.Unlock()
-	return c.Conn.Read(b)
-}
 
 // The connections Serve hands to net/http keep the socket's ReadFrom, which
 // is how a plain answer's bulk reaches splice(2).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 )
 
@@ -66,4 +67,42 @@ func readFromWith(w io.Writer, r io.Reader) (int64, error) {
 		return rf.ReadFrom(r)
 	}
 	return io.Copy(w, r)
+}
+
+// AheadConn is a RelayConn whose reads return first bytes read ahead of
+// the socket (while looking at a first request, or with a member's answer
+// to CONNECT), then the socket's: a relay may splice the socket once those
+// were read, never before (RelayConn.Ahead). Wrappers embed it by value and
+// Init it in place, as its Ahead refers to it.
+type AheadConn struct {
+	RelayConn
+	mu    sync.Mutex
+	ahead []byte
+}
+
+// Init makes c read ahead first, then from conn; c must not be copied
+// afterwards.
+func (c *AheadConn) Init(conn net.Conn, ahead []byte) {
+	c.ahead = ahead
+	c.RelayConn = RelayConn{Conn: conn, Ahead: c.pending}
+}
+
+// pending reports whether bytes read ahead are still to be read.
+func (c *AheadConn) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ahead) > 0
+}
+
+// Read returns the bytes read ahead first, then the connection's.
+func (c *AheadConn) Read(b []byte) (int, error) {
+	c.mu.Lock()
+	if len(c.ahead) > 0 {
+		n := copy(b, c.ahead)
+		c.ahead = c.ahead[n:]
+		c.mu.Unlock()
+		return n, nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Read(b)
 }

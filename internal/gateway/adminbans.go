@@ -1,27 +1,16 @@
 package gateway
 
 import (
-	"context"
 	"strings"
 	"time"
 
-	"github.com/go-logr/logr"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/tools/cache"
-
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 )
 
 // Administrator's bans: an administrator (or a crawler team) bans a member
 // from a destination host with kubectl egress ban, which writes the ban,
 // with its expiry, into the ProxyGateway's spec.bans. Every gateway pod
-// watches its ProxyGateway by name (WatchAdminBans) and honours the bans
+// watches its ProxyGateway by name (gatewaywatch.WatchAdminBans) and honours the bans
 // there as it honours those it learned (bans.go): the member gets no
 // request or tunnel to that host until the ban expires, a session on it
 // moves for that host only. The API server is the only state the replicas
@@ -87,60 +76,4 @@ func (g *Gateway) SetAdminBans(bans []AdminBan) {
 			g.log.Info("administrator's ban lifted", "member", b.pool+"/"+b.name, "host", b.host)
 		}
 	}
-}
-
-// AdminBansOf reads spec.bans of gw.
-func AdminBansOf(gw *crawlv1alpha1.ProxyGateway) []AdminBan {
-	out := make([]AdminBan, 0, len(gw.Spec.Bans))
-	for _, b := range gw.Spec.Bans {
-		out = append(out, AdminBan{Pool: b.Pool, Member: b.Member, Host: b.Host, Expires: b.Expires.Time})
-	}
-	return out
-}
-
-// proxyGateways is the resource WatchAdminBans watches.
-var proxyGateways = crawlv1alpha1.GroupVersion.WithResource("proxygateways")
-
-// WatchAdminBans keeps g's administrator's bans equal to spec.bans of the
-// ProxyGateway name in namespace until ctx is done. It watches that one
-// object by name, so a Role with get, list and watch on it, by name, is
-// all it needs. The gateway deleted, or an object that cannot be read,
-// leaves no administrator's ban.
-func WatchAdminBans(ctx context.Context, dyn dynamic.Interface, namespace, name string, g *Gateway, log logr.Logger) {
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	res := dyn.Resource(proxyGateways).Namespace(namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return res.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return res.Watch(ctx, o)
-		},
-	}
-	apply := func(obj any) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GetName() != name {
-			return
-		}
-		var gw crawlv1alpha1.ProxyGateway
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &gw); err != nil {
-			// The API server validated it; keep what was known.
-			log.Error(err, "the ProxyGateway's bans cannot be read; keeping the bans known")
-			return
-		}
-		g.SetAdminBans(AdminBansOf(&gw))
-	}
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		// The client says whether it streams lists (a fake does not).
-		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, dyn),
-		ObjectType:    &unstructured.Unstructured{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    apply,
-			UpdateFunc: func(_, obj any) { apply(obj) },
-			DeleteFunc: func(any) { g.SetAdminBans(nil) },
-		},
-	})
-	informer.RunWithContext(ctx)
 }

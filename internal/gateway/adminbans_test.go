@@ -18,6 +18,7 @@ import (
 
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -81,7 +82,7 @@ func TestAdministratorBansReachEveryReplica(t *testing.T) {
 		h := startGateway(t, gateway.Config{Members: set, Metrics: gm, Now: clk.Now})
 		go func() {
 			defer func() { done <- struct{}{} }()
-			gateway.WatchAdminBans(ctx, dyn, "crawlers", "front", h.g, logr.Discard())
+			gatewaywatch.WatchAdminBans(ctx, dyn, "crawlers", "front", h.g, logr.Discard())
 		}()
 		replicas = append(replicas, replica{h, reg})
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -322,20 +321,6 @@ func (g *Gateway) countBan(ctx context.Context, m *Member, host, cause string) {
 	g.log.V(1).Info("member banned", "member", m.String(), "host", host, "cause", cause, "for", g.banFor.String())
 }
 
-// withoutBanned is candidates without the members banned from host for rt's
-// client: a 429 until the first ban ends when none is left.
-func (g *Gateway) withoutBanned(candidates []*Member, rt *route, host string) ([]*Member, error) {
-	now := g.now()
-	out, first := g.bans.allowed(candidates, rt.clientKey(), host, now)
-	if len(out) > 0 {
-		return out, nil
-	}
-	secs := max(1, int(first.Sub(now).Round(time.Second)/time.Second))
-	return nil, &forwardproxy.RefusedError{Code: http.StatusTooManyRequests,
-		Message: "every member proxy this request may use is banned by " + printable(host) + " for now; retry later",
-		Header:  "Retry-After", Value: strconv.Itoa(secs), ProxyError: forwardproxy.ProxyErrorHTTPRequestDenied}
-}
-
 // banReport is a crawler's report that host banned its session.
 type banReport struct {
 	host, cause string
@@ -385,12 +370,12 @@ func reports(rt *route, header []string) ([]banReport, error) {
 // clients make it a ban for everyone.
 func (g *Gateway) applyReports(ctx context.Context, rt *route, reps []banReport) error {
 	for _, r := range reps {
-		candidates, err := g.eligible(rt)
+		candidates, step, err := g.filter(rt, r.host)
+		if step == stepBans {
+			continue // every member is banned from it already
+		}
 		if err != nil {
 			return err
-		}
-		if candidates, err = g.withoutBanned(candidates, rt, r.host); err != nil {
-			continue // every member is banned from it already
 		}
 		now := g.now()
 		client := rt.clientKey()
@@ -401,7 +386,7 @@ func (g *Gateway) applyReports(ctx context.Context, rt *route, reps []banReport)
 			forwardproxy.AccessField(ctx, "ban", "report ignored: over the client's report rate")
 			continue
 		}
-		m := place(sessionKey(rt.session, rt.ttl, now), candidates)
+		m := sessionMember(rt, candidates, now)
 		if g.bans.addReported(client, m, r.host, now, now.Add(g.banFor)) {
 			g.banned(ctx, m, r.host, causeReportsConfirmed)
 			continue

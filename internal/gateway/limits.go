@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"container/list"
 	"hash/maphash"
 	"math"
 	"net"
@@ -110,38 +109,6 @@ func (g *Gateway) admit(m *Member, host string) (release func(), limit string, w
 	return func() { once.Do(func() { m.state.active.Add(-1) }) }, "", 0, true
 }
 
-// admitNext picks and admits the member of the next attempt, adding every
-// member it looks at to *tried: nil, with when to retry, when none can
-// take it (all tried or at a limit; a session stops at its own member's
-// limit).
-func (g *Gateway) admitNext(rt *route, candidates []*Member, tried *[]*Member, host, method string) (*Member, func(), time.Duration) {
-	wait := time.Duration(math.MaxInt64)
-	for {
-		m := g.nextMember(rt, candidates, *tried)
-		if m == nil {
-			return nil, nil, wait
-		}
-		*tried = append(*tried, m)
-		release, limit, w, ok := g.admit(m, host)
-		if ok {
-			if g.metrics != nil {
-				g.metrics.requests.WithLabelValues(m.Pool, m.Name, method).Inc()
-				if rt != nil && rt.session != "" {
-					g.metrics.handlesOf(m).sessions.Inc()
-				}
-			}
-			return m, release, 0
-		}
-		wait = min(wait, w)
-		if g.metrics != nil {
-			g.metrics.limited.WithLabelValues(m.Pool, m.Name, limit).Inc()
-		}
-		if rt != nil && rt.session != "" {
-			return nil, nil, wait
-		}
-	}
-}
-
 // rateLimiter is a token bucket per (member, destination host), at rate
 // per second with burst, for at most maxRateKeys pairs.
 type rateLimiter struct {
@@ -203,88 +170,3 @@ func (b *bucket) take(rate, burst float64, now time.Time) (bool, time.Duration) 
 	b.tokens--
 	return true, 0
 }
-
-// lru is a map of at most size entries that forgets the least recently
-// used; not safe for concurrent use.
-type lru[K comparable, V any] struct {
-	size  int
-	order *list.List // front: most recently used; of lruEntry
-	items map[K]*list.Element
-	// onRemove, when set, sees every entry it forgets.
-	onRemove func(K, V)
-}
-
-type lruEntry[K comparable, V any] struct {
-	key K
-	val V
-}
-
-func newLRU[K comparable, V any](size int) *lru[K, V] {
-	return &lru[K, V]{size: size, order: list.New(), items: map[K]*list.Element{}}
-}
-
-func (c *lru[K, V]) get(k K) (V, bool) {
-	if e, ok := c.items[k]; ok {
-		c.order.MoveToFront(e)
-		ent, _ := e.Value.(lruEntry[K, V]) // the list holds only lruEntry[K, V]
-		return ent.val, true
-	}
-	var zero V
-	return zero, false
-}
-
-func (c *lru[K, V]) put(k K, v V) {
-	if e, ok := c.items[k]; ok {
-		e.Value = lruEntry[K, V]{k, v}
-		c.order.MoveToFront(e)
-		return
-	}
-	c.items[k] = c.order.PushFront(lruEntry[K, V]{k, v})
-	for c.order.Len() > c.size {
-		c.drop(c.order.Back())
-	}
-}
-
-// peek is get without making k the most recently used: a read that
-// changes nothing.
-func (c *lru[K, V]) peek(k K) (V, bool) {
-	if e, ok := c.items[k]; ok {
-		ent, _ := e.Value.(lruEntry[K, V])
-		return ent.val, true
-	}
-	var zero V
-	return zero, false
-}
-
-func (c *lru[K, V]) drop(e *list.Element) {
-	c.order.Remove(e)
-	ent, _ := e.Value.(lruEntry[K, V])
-	delete(c.items, ent.key)
-	if c.onRemove != nil {
-		c.onRemove(ent.key, ent.val)
-	}
-}
-
-// expire forgets, from the least recently used on, the entries done says
-// are over, and stops at the first that is not: a table whose entries end
-// in the order they were last used (bans, reports, idle buckets) sheds
-// what is over as it is written to, besides what its size evicts.
-func (c *lru[K, V]) expire(done func(K, V) bool) {
-	for e := c.order.Back(); e != nil; e = c.order.Back() {
-		ent, _ := e.Value.(lruEntry[K, V])
-		if !done(ent.key, ent.val) {
-			return
-		}
-		c.drop(e)
-	}
-}
-
-// each calls fn with every entry, the most recently used first.
-func (c *lru[K, V]) each(fn func(K, V)) {
-	for e := c.order.Front(); e != nil; e = e.Next() {
-		ent, _ := e.Value.(lruEntry[K, V])
-		fn(ent.key, ent.val)
-	}
-}
-
-func (c *lru[K, V]) len() int { return c.order.Len() }

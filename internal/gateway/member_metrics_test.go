@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -55,7 +56,7 @@ func TestPerMemberMetrics(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		gateway.Watch(ctx, cs, "crawlers", []string{"crawl"}, set, gm, logr.Discard())
+		gatewaywatch.Watch(ctx, cs, "crawlers", []string{"crawl"}, set, gm, logr.Discard())
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	publish(t, cs, "crawl", entries(ms)...)

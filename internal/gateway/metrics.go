@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 )
 
 // Values of the method label.
@@ -224,5 +227,17 @@ func (a *activeBans) Collect(ch chan<- prometheus.Metric) {
 	}
 	for pool, n := range t.active(now()) {
 		ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, float64(n), pool)
+	}
+}
+
+// countBytes adds the bytes of the request or tunnel of ctx to a member's
+// series; h may be nil.
+func countBytes(ctx context.Context, h *memberHandles) {
+	if h == nil {
+		return
+	}
+	if up, down, ok := forwardproxy.ExchangeBytes(ctx); ok {
+		h.up.Add(float64(up))
+		h.down.Add(float64(down))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -53,7 +54,7 @@ func TestWatchGaugesAPoolWithoutAList(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		gateway.Watch(ctx, cs, "crawlers", []string{"a", "no-such-pool"}, set, m, logr.Discard())
+		gatewaywatch.Watch(ctx, cs, "crawlers", []string{"a", "no-such-pool"}, set, m, logr.Discard())
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	publish(t, cs, "a", gateway.Entry{Name: "a-1", URL: "http://u:p@127.0.0.1:3128"})

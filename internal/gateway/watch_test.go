@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/logbuf"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
@@ -85,7 +86,7 @@ func TestWatchFollowsThePublishedLists(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		gateway.Watch(ctx, cs, "crawlers", []string{"a", "b"}, set, nil, logr.Discard())
+		gatewaywatch.Watch(ctx, cs, "crawlers", []string{"a", "b"}, set, nil, logr.Discard())
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	secrets := cs.CoreV1().Secrets("crawlers")
@@ -159,7 +160,7 @@ func TestWatchFollowsOnlyThePoolsOwnList(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				gateway.Watch(ctx, cs, "crawlers", []string{"a"}, set, gm, logs.Logger(1))
+				gatewaywatch.Watch(ctx, cs, "crawlers", []string{"a"}, set, gm, logs.Logger(1))
 			}()
 			t.Cleanup(func() { cancel(); <-done })
 			forged := gateway.Entry{Name: "a-evil", URL: "http://u:forged-password-0xf00d@192.0.2.66:3128"}

@@ -14,6 +14,11 @@
 // reads when it mounts the image. This is the layout that
 // `genisoimage -J -V cidata` produces, minus Rock Ridge.
 //
+// The same writer makes the guest engine's payload image (payload.go):
+// label EPENGINE, the binaries by name, content-addressed by the image's
+// digest (Payload.Digest, PayloadImageName), so that a provider stores it
+// once per storage and version (docs/guest-engine.md).
+//
 // The package ships in the operator (the VM providers upload its seeds).
 // Reading a seed back is only for tests and simulators: that is
 // internal/testing/nocloudread.

@@ -71,15 +71,22 @@ type seedFile struct {
 	data    []byte
 }
 
-// files returns the files of s in the order of their directory records,
-// which ISO 9660 requires to be sorted by identifier (the same order for the
-// primary and the Joliet names).
-func (s Seed) files() [3]seedFile {
-	return [3]seedFile{
+// volume is what an image holds: its label and the files of its root
+// directory, in the order of their directory records, which ISO 9660
+// requires to be sorted by identifier (the same order for the primary and
+// the Joliet names).
+type volume struct {
+	label string
+	files []seedFile
+}
+
+// volume returns the seed's volume.
+func (s Seed) volume() volume {
+	return volume{label: Label, files: []seedFile{
 		{primary: "META_DAT.;1", joliet: MetaDataName, data: s.MetaData},
 		{primary: "USER_DAT.;1", joliet: UserDataName, data: s.UserData},
 		{primary: "VENDOR_D.;1", joliet: VendorDataName, data: s.VendorData},
-	}
+	}}
 }
 
 // sectors returns how many sectors n bytes occupy.
@@ -89,9 +96,12 @@ func sectors(n int64) int64 {
 
 // Size returns the exact number of bytes Write writes for s, when Write
 // succeeds.
-func Size(s Seed) int64 {
+func Size(s Seed) int64 { return s.volume().size() }
+
+// size is the length of v's image.
+func (v volume) size() int64 {
 	total := int64(firstDataSector)
-	for _, f := range s.files() {
+	for _, f := range v.files {
 		total += sectors(int64(len(f.data)))
 	}
 	return total * sectorSize
@@ -100,9 +110,12 @@ func Size(s Seed) int64 {
 // Write writes the ISO 9660 image of s to w and returns the number of bytes
 // written, which is Size(s) when the error is nil. The same s always yields
 // the same bytes. The file contents are written straight from s, not copied.
-func Write(w io.Writer, s Seed) (int64, error) {
-	files := s.files()
-	var extents [3]uint32
+func Write(w io.Writer, s Seed) (int64, error) { return s.volume().write(w) }
+
+// write writes v's image to w.
+func (v volume) write(w io.Writer) (int64, error) {
+	files := v.files
+	extents := make([]uint32, len(files))
 	next := int64(firstDataSector)
 	for i, f := range files {
 		if int64(len(f.data)) > maxFileSize {
@@ -118,8 +131,8 @@ func Write(w io.Writer, s Seed) (int64, error) {
 
 	head := make([]byte, firstDataSector*sectorSize)
 	at := func(sector int) []byte { return head[sector*sectorSize : (sector+1)*sectorSize] }
-	writeVolumeDescriptor(at(pvdSector), false, total)
-	writeVolumeDescriptor(at(svdSector), true, total)
+	writeVolumeDescriptor(at(pvdSector), v.label, false, total)
+	writeVolumeDescriptor(at(svdSector), v.label, true, total)
 	term := at(termSector)
 	term[0] = 255
 	copy(term[1:6], "CD001")
@@ -212,8 +225,9 @@ func notSpecified() []byte {
 const jolietEscape = "%/E"
 
 // writeVolumeDescriptor writes the primary (joliet false) or the Joliet
-// supplementary volume descriptor into the 2048-byte d.
-func writeVolumeDescriptor(d []byte, joliet bool, total uint32) {
+// supplementary volume descriptor of a volume labelled label into the
+// 2048-byte d.
+func writeVolumeDescriptor(d []byte, label string, joliet bool, total uint32) {
 	d[0] = 1
 	lPath, mPath, root := uint32(pathLPrimary), uint32(pathMPrimary), uint32(rootPrimary)
 	if joliet {
@@ -223,7 +237,7 @@ func writeVolumeDescriptor(d []byte, joliet bool, total uint32) {
 	copy(d[1:6], "CD001")
 	d[6] = 1
 	putText(d[8:40], "", joliet)     // system identifier
-	putText(d[40:72], Label, joliet) // volume identifier
+	putText(d[40:72], label, joliet) // volume identifier
 	putBoth32(d[80:88], total)       // volume space size
 	if joliet {
 		copy(d[88:91], jolietEscape)
@@ -260,7 +274,7 @@ func writePathTable(d []byte, root uint32, order binary.ByteOrder) {
 
 // writeRootDirectory writes the root directory (at sector self) holding
 // files at extents, with primary or Joliet identifiers.
-func writeRootDirectory(d []byte, self uint32, files [3]seedFile, extents [3]uint32, joliet bool) {
+func writeRootDirectory(d []byte, self uint32, files []seedFile, extents []uint32, joliet bool) {
 	var b []byte
 	b = append(b, dirRecord([]byte{0}, self, sectorSize, true)...) // "."
 	b = append(b, dirRecord([]byte{1}, self, sectorSize, true)...) // ".."

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
 	"github.com/egress-proxies/egress-proxies-operator/internal/keyedlock"
 )
 
-// The start of Create and Delete that the types running proxies as VMs
-// (libvirt, proxmox) share, so that neither keeps a copy.
+// What the types running proxies as VMs (libvirt, proxmox) share, so that
+// neither keeps a copy: the start of Create and Delete, and the hash their
+// placement choices derive from.
 
 // Names serialises a provider's calls by instance name, so that two calls
 // for one instance never interleave their steps. The zero value is ready to
@@ -38,6 +40,19 @@ func Begin[P any](ctx context.Context, names *Names, req Request, plan func(Requ
 	return pl, unlock, err
 }
 
+// BeginDelete is the start of a Delete: parse resolves the instance ID in
+// the provider's entry, giving what it names and the instance's name, then
+// the name is locked (Names.Lock), as Begin locks it for a Create, so that
+// a Delete never interleaves with a Create or Delete of the same instance.
+// On success the caller holds the name until it calls unlock.
+func BeginDelete[T any](ctx context.Context, names *Names, id ID, parse func(ID) (T, string, error)) (t T, name string, unlock func(), err error) {
+	if t, name, err = parse(id); err != nil {
+		return t, name, nil, err
+	}
+	unlock, err = names.Lock(ctx, name)
+	return t, name, unlock, err
+}
+
 // Catalogued checks a Create request against an entry whose block maps
 // every catalogue image to an I (a base volume, a template), and returns
 // the request's I and machine type. A request without an instance name or
@@ -63,4 +78,18 @@ func Catalogued[I any](e *config.Entry, images map[string]I, req Request, what, 
 		return img, config.MachineType{}, NewPermanent(fmt.Errorf("machine type %q is not in the catalogue", req.MachineType), "use a machine type of the entry")
 	}
 	return img, mt, nil
+}
+
+// InstanceHash hashes an instance's identity (its owner's uid and its
+// name), for the choices a VM type derives from it: the node of a zone and
+// the first VMID probed (proxmox), the MAC address (libvirt). It is
+// deterministic so that every call of a Create, in any process, plans the
+// same choices for one instance.
+func InstanceHash(ownerUID, name string) uint64 {
+	h := fnv.New64a()
+	for _, s := range []string{ownerUID, name} {
+		_, _ = h.Write([]byte(s))
+		_, _ = h.Write([]byte{0})
+	}
+	return h.Sum64()
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -27,30 +26,10 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
+	"github.com/egress-proxies/egress-proxies-operator/internal/proxycmd"
 	"github.com/egress-proxies/egress-proxies-operator/internal/tracing"
 )
-
-// AdminDrain is the shutdown window of an admin server (/healthz,
-// /readyz, /metrics), whose requests are short.
-const AdminDrain = 5 * time.Second
-
-// AdminServeOptions are the limits of a proxy or gateway pod's admin
-// server, apart from its client port's so that no client can starve the
-// kubelet's probes: its requests are short, so each connection serves one
-// request and closes, a slow client has a few seconds, and the few slots
-// it has go first to whoever sends a request (the oldest silent
-// connection makes room for a new one; docs/security.md).
-var AdminServeOptions = forwardproxy.ServeOptions{
-	Drain:                       AdminDrain,
-	ReadHeaderTimeout:           2 * time.Second,
-	WriteTimeout:                10 * time.Second,
-	DisableKeepAlives:           true,
-	MaxConnections:              64,
-	MaxConnectionsPerSource:     16,
-	MaxUnauthenticated:          32,
-	MaxUnauthenticatedPerSource: 8,
-	FirstRequestTimeout:         2 * time.Second,
-}
 
 // GatewayClients are the API clients of a gateway replica: the member
 // watch's (Core) and the administrator's bans watch's (Dynamic), both as
@@ -208,7 +187,7 @@ func parseGatewayFlags(args []string, getenv func(string) string) (gatewayOption
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", gateway.DefaultDialTimeout, "Timeout of a dial to a member and of its answer to CONNECT.")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", forwardproxy.DefaultIdleTimeout, "A tunnel, or a member's connection for plain requests, without traffic for that long is closed.")
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	o.serve = serveFlags(fs)
+	o.serve = proxycmd.ServeFlags(fs)
 	fs.IntVar(&o.maxAttempts, published.GatewayFlagMaxAttempts, gateway.DefaultMaxAttempts, "Members one request or tunnel may try when a member fails (1: no failover).")
 	fs.IntVar(&o.ejectAfter, published.GatewayFlagEjectAfter, gateway.DefaultEjectAfter, "Member failures in a row that eject a member for --eject-for.")
 	fs.DurationVar(&o.ejectFor, published.GatewayFlagEjectFor, gateway.DefaultEjectFor, "How long an ejected member gets no new request or tunnel.")
@@ -217,10 +196,10 @@ func parseGatewayFlags(args []string, getenv func(string) string) (gatewayOption
 	fs.StringVar(&o.banStatusList, published.GatewayFlagBanStatuses, "429", "Comma-separated answers of a destination that ban the member from that host for --ban-for (such as 429,403).")
 	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, destination, status, bytes, duration, member; never a credential); false: only at -v 1.")
 	fs.DurationVar(&o.banFor, published.GatewayFlagBanFor, gateway.DefaultBanFor, "How long a banned member gets no request or tunnel to the host that banned it.")
-	if err := parseSubcommand(fs, args, "gateway --pools a,b [flags]"); err != nil {
+	if err := proxycmd.ParseSubcommand(fs, args, "egress-proxies-operator gateway --pools a,b [flags]"); err != nil {
 		return o, err
 	}
-	if err := checkServeFlags(o.serve); err != nil {
+	if err := proxycmd.CheckServeFlags(o.serve); err != nil {
 		return o, fmt.Errorf("gateway: %w", err)
 	}
 	for p := range strings.SplitSeq(o.poolList, ",") {
@@ -308,18 +287,20 @@ func listenGateway(ctx context.Context, o gatewayOptions) (ln, adminLn net.Liste
 // watch and the admin server go on, so that draining tunnels keep their
 // members and /metrics shows the drain; then the admin server, the
 // watches and the idle member connections. Either server failing stops
-// the other (serveWithAdmin).
+// the other (proxycmd.ServeWithAdmin).
 func serveGateway(ctx context.Context, o gatewayOptions, clients GatewayClients, log logr.Logger, g *gateway.Gateway, set *gateway.Set,
 	gm *gateway.Metrics, p *forwardproxy.Proxy, ln, adminLn net.Listener, admin http.Handler) error {
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	var watches sync.WaitGroup
-	watches.Go(func() { gateway.Watch(watchCtx, clients.Core, o.namespace, o.pools, set, gm, log.WithName("watch")) })
+	watches.Go(func() {
+		gatewaywatch.Watch(watchCtx, clients.Core, o.namespace, o.pools, set, gm, log.WithName("watch"))
+	})
 	if o.gateway != "" {
 		watches.Go(func() {
-			gateway.WatchAdminBans(watchCtx, clients.Dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
+			gatewaywatch.WatchAdminBans(watchCtx, clients.Dynamic, o.namespace, o.gateway, g, log.WithName("bans"))
 		})
 	}
-	err := serveWithAdmin(ctx, "gateway", ln, p, *o.serve, adminLn, admin)
+	err := proxycmd.ServeWithAdmin(ctx, "gateway", ln, p, *o.serve, adminLn, admin)
 	stopWatch()
 	watches.Wait()
 	g.CloseIdleConnections()
@@ -353,22 +334,10 @@ func StartGateway(ctx context.Context, args []string, env GatewayEnv) (r Gateway
 	}
 }
 
-// AdminHandler serves /healthz and /metrics (reg's) for a proxy or
-// gateway pod's admin server.
-func AdminHandler(reg *prometheus.Registry) *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok")
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	return mux
-}
-
 // gatewayAdminHandler is AdminHandler with /readyz, 200 only while the
 // gateway has members to send to.
 func gatewayAdminHandler(reg *prometheus.Registry, set *gateway.Set) http.Handler {
-	mux := AdminHandler(reg)
+	mux := proxycmd.AdminHandler(reg)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if n := set.Len(); n > 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
 	"github.com/egress-proxies/egress-proxies-operator/internal/forwardproxy"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/proxycmd"
 	"github.com/egress-proxies/egress-proxies-operator/internal/testing/poll"
 )
 
@@ -153,7 +154,7 @@ func TestSilentConnectionsLeaveClientsServed(t *testing.T) {
 	// The admin port's own flood, from many sources: the probes still
 	// find a slot.
 	for i := range 40 {
-		silentFrom(t, fmt.Sprintf("127.0.2.%d", i+1), admin, AdminServeOptions.MaxUnauthenticatedPerSource)
+		silentFrom(t, fmt.Sprintf("127.0.2.%d", i+1), admin, proxycmd.AdminServeOptions.MaxUnauthenticatedPerSource)
 	}
 	probe("/healthz", "during the admin port's flood")
 	probe("/readyz", "during the admin port's flood")

@@ -30,6 +30,7 @@ import (
 	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
 	"github.com/egress-proxies/egress-proxies-operator/internal/controller"
 	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway/gatewaywatch"
 )
 
 const gatewayImage = "registry.example/egress-proxies-operator:test"
@@ -59,7 +60,7 @@ func waitGatewayReason(t *testing.T, ns, name, reason string) {
 // Service, PodDisruptionBudget, ServiceAccount, Role, RoleBinding and
 // credentials Secret with a ready url; Ready follows members and ready
 // pods; the gateway pod's identity can watch the pool's published list (a
-// real gateway.Watch sees the members the pool publishes) and read no other
+// real gatewaywatch.Watch sees the members the pool publishes) and read no other
 // Secret; the gateway's password is in no status, event or log line.
 func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	ns := newNamespace(t)
@@ -167,7 +168,10 @@ func TestGatewayRunsInFrontOfAPool(t *testing.T) {
 	set := gateway.NewSet()
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); gateway.Watch(wctx, cs, ns, []string{"crawl"}, set, nil, logr.Discard()) }()
+	go func() {
+		defer close(done)
+		gatewaywatch.Watch(wctx, cs, ns, []string{"crawl"}, set, nil, logr.Discard())
+	}()
 	t.Cleanup(func() { stop(); <-done })
 	eventually(t, 30*time.Second, func() (bool, string) { return set.Len() == 2, "the pod's watch sees 2 members" })
 	var members crawlv1alpha1.ProxyList
@@ -298,7 +302,7 @@ func manyBans(n int) []crawlv1alpha1.GatewayBan {
 }
 
 // watchAdminBansAsThePod: the gateway pod's identity watches its own
-// ProxyGateway's spec.bans (a real gateway.WatchAdminBans) and sees an
+// ProxyGateway's spec.bans (a real gatewaywatch.WatchAdminBans) and sees an
 // administrator's ban come and go, in its bans gauge; it cannot read
 // another ProxyGateway.
 func watchAdminBansAsThePod(t *testing.T, podCfg *rest.Config, ns string, set *gateway.Set) {
@@ -319,7 +323,7 @@ func watchAdminBansAsThePod(t *testing.T, podCfg *rest.Config, ns string, set *g
 	}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); gateway.WatchAdminBans(wctx, dyn, ns, "front", g, logr.Discard()) }()
+	go func() { defer close(done); gatewaywatch.WatchAdminBans(wctx, dyn, ns, "front", g, logr.Discard()) }()
 	t.Cleanup(func() { stop(); <-done })
 	active := func(want float64) {
 		t.Helper()

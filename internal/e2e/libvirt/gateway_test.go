@@ -128,7 +128,7 @@ type member struct {
 // publish): one published.ListEntry per Serving member, its URL from the
 // Proxy's status and the username and password of its credentials Secret,
 // in the Secret <pool>-proxies and, without credentials, the ConfigMap of
-// the same name. This is the seam the real gateway reads (gateway.Watch);
+// the same name. This is the seam the real gateway reads (gatewaywatch.Watch);
 // a ProxyPool of its own would boot guests of its own.
 func publishMembers(ctx context.Context, t *testing.T, ns string, proxies []*crawlv1alpha1.Proxy) []member {
 	t.Helper()

@@ -118,7 +118,7 @@ func (h *contractHarness) newProviderOf(t *testing.T, writesOK int, id *ownershi
 			return c.Patch(ctx, obj, patch, opts...)
 		},
 	})
-	p, err := kubernetes.New(kubernetes.Options{Ownership: id, Entry: h.entry, Client: c, APIReader: c, DefaultImage: "registry.example/egress-proxies-operator:test"})
+	p, err := kubernetes.New(h.entry, provider.Deps{Ownership: id, Client: c, APIReader: c, OwnImage: "registry.example/egress-proxies-operator:test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/config"
-	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
 	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
@@ -59,27 +58,6 @@ const (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get,roleName=namespace-role
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
-// Options build a Provider.
-type Options struct {
-	// Entry is the configured entry; its Block is a *Block.
-	Entry *config.Entry
-	// Client reads pods and the operator's Secrets from the manager's cache
-	// and writes through the API server.
-	Client client.Client
-	// APIReader reads from the API server: nodes and namespaces for the
-	// health check, and confirmations after a conflict.
-	APIReader client.Reader
-	// DefaultImage is the operator's own image, used when the block names
-	// none.
-	DefaultImage string
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
-	// Ownership is the installation's identity, which signs the mark of
-	// every pod the provider creates; only pods whose mark it verifies are
-	// the provider's. Required.
-	Ownership *ownership.Identity
-}
-
 // Provider runs proxies as pods.
 type Provider struct {
 	ident  *ownership.Identity
@@ -103,31 +81,30 @@ var (
 	_ provider.UnverifiedLister = (*Provider)(nil)
 )
 
-// New returns the provider of one kubernetes entry. It contacts nothing.
-func New(o Options) (*Provider, error) {
-	block, ok := o.Entry.Block.(*Block)
-	if !ok {
-		return nil, fmt.Errorf("entry %q has no kubernetes block", o.Entry.Name)
+// New returns the provider of one kubernetes entry, whose Block is a
+// *Block. It contacts nothing. Of d it uses Ownership (required: it signs
+// and verifies the pods' marks), Client (pods and the operator's Secrets,
+// read from the manager's cache, written through the API server),
+// APIReader (nodes and namespaces for the health check, confirmations
+// after a conflict), both required, OwnImage (the container image when the
+// block names none) and the clock.
+func New(e *config.Entry, d provider.Deps) (*Provider, error) {
+	block, err := provider.BlockOf[Block]("kubernetes provider", e, d)
+	if err != nil {
+		return nil, err
 	}
-	if o.Client == nil || o.APIReader == nil {
-		return nil, errors.New("a client and an API reader are required")
+	if d.Client == nil || d.APIReader == nil {
+		return nil, fmt.Errorf("kubernetes provider %q: a client and an API reader are required", e.Name)
 	}
-	if o.Ownership == nil {
-		return nil, errors.New("an ownership identity is required, to sign and verify the pods' marks")
-	}
-	for _, img := range o.Entry.Images {
-		if block.ImageFor(img) == "" && o.DefaultImage == "" {
+	for _, img := range e.Images {
+		if block.ImageFor(img) == "" && d.OwnImage == "" {
 			return nil, fmt.Errorf("image %q has no container image: set kubernetes.image or kubernetes.images[%s], "+
 				"or run the operator with --proxy-image (its own image)", img, img)
 		}
 	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
-	}
 	return &Provider{
-		ident: o.Ownership, entry: o.Entry, block: block, c: o.Client, api: o.APIReader, image: o.DefaultImage, now: now,
-		labels: map[string]string{LabelManagedBy: LabelManagedByValue, LabelProvider: o.Entry.Name, LabelInstallation: o.Ownership.Installation()},
+		ident: d.Ownership, entry: e, block: block, c: d.Client, api: d.APIReader, image: d.OwnImage, now: d.Clock(),
+		labels: map[string]string{LabelManagedBy: LabelManagedByValue, LabelProvider: e.Name, LabelInstallation: d.Ownership.Installation()},
 	}, nil
 }
 
@@ -229,23 +206,6 @@ func (p *Provider) createPod(ctx context.Context, req provider.Request) (*corev1
 	return pod, nil
 }
 
-// egressArgs returns the proxy subcommand's flags for the entry's egress
-// policy; the default policy needs none, so pods of entries without one
-// keep their arguments.
-func egressArgs(e egress.Policy) []string {
-	var args []string
-	if len(e.AllowCIDRs) > 0 {
-		args = append(args, "--"+egress.FlagAllowCIDRs+"="+egress.FormatPrefixes(e.AllowCIDRs))
-	}
-	if len(e.DenyCIDRs) > 0 {
-		args = append(args, "--"+egress.FlagDenyCIDRs+"="+egress.FormatPrefixes(e.DenyCIDRs))
-	}
-	if len(e.ConnectPorts) > 0 {
-		args = append(args, "--"+egress.FlagConnectPorts+"="+egress.FormatPorts(e.ConnectPorts))
-	}
-	return args
-}
-
 // podFor builds the pod of a request.
 func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 	mt, ok := p.entry.MachineTypes[req.MachineType]
@@ -270,7 +230,7 @@ func (p *Provider) podFor(req provider.Request) (*corev1.Pod, error) {
 		}
 		args = append(args, "--allowed-source-ranges="+strings.Join(ranges, ","))
 	}
-	args = append(args, egressArgs(req.Proxy.Egress)...)
+	args = append(args, req.Proxy.Egress.Args()...)
 	secCtx := &corev1.SecurityContext{
 		AllowPrivilegeEscalation: ptr(false),
 		ReadOnlyRootFilesystem:   ptr(true),

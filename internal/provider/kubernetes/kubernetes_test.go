@@ -141,7 +141,7 @@ providers:
 func newProvider(t *testing.T, e *config.Entry) *kubernetes.Provider {
 	t.Helper()
 	c := operatorClient(t)
-	p, err := kubernetes.New(kubernetes.Options{Ownership: testOwnership, Entry: e, Client: c, APIReader: c, DefaultImage: "registry.example/egress-proxies-operator:test"})
+	p, err := kubernetes.New(e, provider.Deps{Ownership: testOwnership, Client: c, APIReader: c, OwnImage: "registry.example/egress-proxies-operator:test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestGetConfirmsNotFoundWithALiveRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := operatorClient(t)
-	lagging, err := kubernetes.New(kubernetes.Options{Ownership: testOwnership, Entry: e, Client: laggingCache{c}, APIReader: c, DefaultImage: "x"})
+	lagging, err := kubernetes.New(e, provider.Deps{Ownership: testOwnership, Client: laggingCache{c}, APIReader: c, OwnImage: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ providers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	forbidden, err := kubernetes.New(kubernetes.Options{Ownership: testOwnership, Entry: &cfg.Providers[0], Client: weak, APIReader: operatorClient(t), DefaultImage: "x"})
+	forbidden, err := kubernetes.New(&cfg.Providers[0], provider.Deps{Ownership: testOwnership, Client: weak, APIReader: operatorClient(t), OwnImage: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}

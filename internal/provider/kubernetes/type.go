@@ -17,7 +17,7 @@ var Type = provider.Type{
 	Engine:   published.EngineForwardProxy,
 	NewBlock: func() config.Block { return &Block{} },
 	New: func(e *config.Entry, d provider.Deps) (provider.Provider, error) {
-		return New(Options{Entry: e, Client: d.Client, APIReader: d.APIReader, DefaultImage: d.OwnImage, Ownership: d.Ownership})
+		return New(e, d)
 	},
 	Cache: cacheNeeds,
 }

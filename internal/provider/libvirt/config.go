@@ -40,7 +40,6 @@ const (
 	AddressSourceLease    = "lease"
 	AddressSourceAgent    = "agent"
 	defaultAddressSource  = AddressSourceLease
-	vlanMax               = 4094
 	defaultSSHUserMessage = "a user in the libvirt group on the host"
 )
 
@@ -267,12 +266,7 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 	if b.PrivateKeyFile == "" {
 		errs = append(errs, field.Required(p.Child("privateKeyFile"), "the SSH private key, such as /etc/proxy-operator/kvm-ssh/id_ed25519"))
 	}
-	switch {
-	case b.KnownHostsFile == "" && !b.InsecureIgnoreHostKey:
-		errs = append(errs, field.Required(p.Child("knownHostsFile"), "the hosts' SSH host keys (or insecureIgnoreHostKey: true, not recommended)"))
-	case b.KnownHostsFile != "" && b.InsecureIgnoreHostKey:
-		errs = append(errs, field.Forbidden(p.Child("insecureIgnoreHostKey"), "give knownHostsFile or insecureIgnoreHostKey, not both"))
-	}
+	errs = append(errs, config.ValidateTrust(p, "knownHostsFile", b.KnownHostsFile, "insecureIgnoreHostKey", b.InsecureIgnoreHostKey, "the hosts' SSH host keys")...)
 	if b.SocketPath != "" && !path.IsAbs(b.SocketPath) {
 		errs = append(errs, field.Invalid(p.Child("socketPath"), b.SocketPath, "an absolute path on the host"))
 	}
@@ -288,9 +282,7 @@ func (b *Block) Validate(p *field.Path, e *config.Entry) field.ErrorList {
 	}
 	errs = append(errs, validateObjectName(p.Child("network"), b.Network, false)...)
 	errs = append(errs, validateObjectName(p.Child("bridge"), b.Bridge, false)...)
-	if b.VLANTag != 0 && (b.VLANTag < 1 || b.VLANTag > vlanMax) {
-		errs = append(errs, field.Invalid(p.Child("vlanTag"), b.VLANTag, fmt.Sprintf("must be between 1 and %d", vlanMax)))
-	}
+	errs = append(errs, config.ValidateVLANTag(p.Child("vlanTag"), b.VLANTag)...)
 	imp := p.Child("images")
 	errs = append(errs, config.ValidateCatalogueKeys(imp, b.Images, e.Images, "every catalogue image needs a base volume: {volume: debian-12.qcow2}")...)
 	for _, im := range slices.Sorted(maps.Keys(b.Images)) {

@@ -18,11 +18,7 @@ import (
 // name without the operator's mark is left alone, and the instance counts as
 // gone.
 func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
-	h, name, err := p.parseID(id)
-	if err != nil {
-		return err
-	}
-	unlock, err := p.names.Lock(ctx, name)
+	h, name, unlock, err := provider.BeginDelete(ctx, &p.names, id, p.parseID)
 	if err != nil {
 		return err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"strings"
 	"sync"
@@ -234,16 +233,6 @@ func (p *Provider) forget(host, name string) {
 }
 
 func (p *Provider) poll() time.Duration { return p.block.PollInterval() }
-
-// hash64 hashes the parts of an identity.
-func hash64(parts ...string) uint64 {
-	h := fnv.New64a()
-	for _, s := range parts {
-		_, _ = h.Write([]byte(s))
-		_, _ = h.Write([]byte{0})
-	}
-	return h.Sum64()
-}
 
 // instance builds the provider.Instance of a marked domain.
 func instance(h Host, d domainInfo, f domainFacts) provider.Instance {

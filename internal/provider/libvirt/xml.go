@@ -10,6 +10,7 @@ import (
 	"libvirt.org/go/libvirtxml"
 
 	"github.com/egress-proxies/egress-proxies-operator/internal/ownership"
+	"github.com/egress-proxies/egress-proxies-operator/internal/provider"
 )
 
 // MarkNamespace is the XML namespace of the operator's mark in a domain's
@@ -343,6 +344,6 @@ func parsePool(doc string) (poolFacts, error) {
 // administered range, so that a lease can be matched without reading the
 // domain first.
 func macFor(ownerUID, name string) string {
-	h := hash64(ownerUID, name)
+	h := provider.InstanceHash(ownerUID, name)
 	return fmt.Sprintf("52:54:00:%02x:%02x:%02x", (h>>16)&0xff, (h>>8)&0xff, h&0xff)
 }

@@ -31,7 +31,6 @@ const (
 const (
 	vmidLowest  = 100
 	vmidHighest = 999999999
-	vlanMax     = 4094
 )
 
 // Block is the `proxmox:` block of an entry of type proxmox.
@@ -187,9 +186,7 @@ func (b *Block) Validate(path *field.Path, e *config.Entry) field.ErrorList {
 	if b.Bridge != "" && strings.ContainsAny(b.Bridge, ",= \t") {
 		errs = append(errs, field.Invalid(path.Child("bridge"), b.Bridge, "a bridge name such as vmbr0 (a VLAN goes in vlanTag, not vmbr0.4)"))
 	}
-	if b.VLANTag != 0 && (b.VLANTag < 1 || b.VLANTag > vlanMax) {
-		errs = append(errs, field.Invalid(path.Child("vlanTag"), b.VLANTag, fmt.Sprintf("must be between 1 and %d", vlanMax)))
-	}
+	errs = append(errs, config.ValidateVLANTag(path.Child("vlanTag"), b.VLANTag)...)
 	if r := b.VMIDRange; r != nil {
 		rp := path.Child("vmidRange")
 		if r.Min < vmidLowest || r.Min > vmidHighest {
@@ -236,13 +233,7 @@ func (b *Block) validateAPI(path *field.Path) field.ErrorList {
 	if b.TokenFile == "" {
 		errs = append(errs, field.Required(path.Child("tokenFile"), "a file holding user@realm!tokenid=secret"))
 	}
-	switch {
-	case b.CAFile == "" && !b.InsecureSkipTLSVerify:
-		errs = append(errs, field.Required(path.Child("caFile"), "the CA of the API certificate (or insecureSkipTLSVerify: true, not recommended)"))
-	case b.CAFile != "" && b.InsecureSkipTLSVerify:
-		errs = append(errs, field.Forbidden(path.Child("insecureSkipTLSVerify"), "give caFile or insecureSkipTLSVerify, not both"))
-	}
-	return errs
+	return append(errs, config.ValidateTrust(path, "caFile", b.CAFile, "insecureSkipTLSVerify", b.InsecureSkipTLSVerify, "the CA of the API certificate")...)
 }
 
 // String summarises the block for --check-config.

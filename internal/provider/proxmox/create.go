@@ -51,7 +51,7 @@ func (p *Provider) planFor(req provider.Request) (plan, error) {
 	if !ok || len(z.Nodes) == 0 {
 		return plan{}, provider.NewPermanent(fmt.Errorf("zone %q has no nodes", req.Zone), "add the zone's nodes to the proxmox block")
 	}
-	node := z.Nodes[hash64(req.OwnerUID, req.Name)%uint64(len(z.Nodes))]
+	node := z.Nodes[provider.InstanceHash(req.OwnerUID, req.Name)%uint64(len(z.Nodes))]
 	return plan{req: req, node: node, template: img.TemplateVMID, mt: mt}, nil
 }
 

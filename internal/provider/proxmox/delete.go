@@ -21,11 +21,7 @@ import (
 // configured node (the node of a VM that is gone is unknown); the seed's
 // name comes from the ID, so a process that never saw the VM does it too.
 func (p *Provider) Delete(ctx context.Context, id provider.ID) error {
-	_, vmid, name, err := parseID(id)
-	if err != nil {
-		return err
-	}
-	unlock, err := p.names.Lock(ctx, name)
+	vmid, name, unlock, err := provider.BeginDelete(ctx, &p.names, id, parseVMID)
 	if err != nil {
 		return err
 	}

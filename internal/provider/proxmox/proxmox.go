@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"net/netip"
 	"regexp"
 	"strconv"
@@ -211,6 +210,13 @@ func parseID(id provider.ID) (node string, vmid int, name string, err error) {
 	return node, vmid, name, nil
 }
 
+// parseVMID is parseID without the node, for Delete: it takes the VM's node
+// from the listing, where the VM is now, not from the ID.
+func parseVMID(id provider.ID) (vmid int, name string, err error) {
+	_, vmid, name, err = parseID(id)
+	return vmid, name, err
+}
+
 // listing returns /cluster/resources?type=vm read at or after notBefore,
 // and when that read started. One read is shared by every caller that wants
 // it (Get, ListByTag, Check, Create and Delete), so that the Gets of the
@@ -367,20 +373,10 @@ func cfgStr(cfg map[string]any, key string) string {
 	}
 }
 
-// hash64 hashes the parts of an identity.
-func hash64(parts ...string) uint64 {
-	h := fnv.New64a()
-	for _, s := range parts {
-		_, _ = h.Write([]byte(s))
-		_, _ = h.Write([]byte{0})
-	}
-	return h.Sum64()
-}
-
 // vmidFor is the first VMID probed for an instance.
 func (p *Provider) vmidFor(ownerUID, name string) int {
-	size := uint64(p.hi - p.lo + 1)                //nolint:gosec // G115: hi > lo, validated.
-	return p.lo + int(hash64(ownerUID, name)%size) //nolint:gosec // G115: below size.
+	size := uint64(p.hi - p.lo + 1)                               //nolint:gosec // G115: hi > lo, validated.
+	return p.lo + int(provider.InstanceHash(ownerUID, name)%size) //nolint:gosec // G115: below size.
 }
 
 func (p *Provider) poll() time.Duration { return p.block.PollInterval() }

@@ -1,4 +1,4 @@
-package gateway
+package gatewaywatch
 
 import (
 	"context"
@@ -6,19 +6,17 @@ import (
 	"sync/atomic"
 	"time"
 
-	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
-	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
-
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	crawlv1alpha1 "github.com/egress-proxies/egress-proxies-operator/api/v1alpha1"
+	"github.com/egress-proxies/egress-proxies-operator/api/v1alpha1/published"
+	"github.com/egress-proxies/egress-proxies-operator/internal/gateway"
 )
 
 // Bounds of the retries of a Secret read that failed.
@@ -41,52 +39,36 @@ const (
 // ConfigMap of the list's name that the pool does not control (listRefusal)
 // is no list: the pool has no members from it, and it is logged (without
 // its content) and counted.
-func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *Set, m *Metrics, log logr.Logger) {
+func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools []string, set *gateway.Set, m *gateway.Metrics, log logr.Logger) {
 	var wg sync.WaitGroup
 	for _, pool := range pools {
 		// A pool whose list never comes (a name that does not exist) has
 		// no member from the start, and its gauge says so.
-		m.setMembers(pool, 0)
+		m.ExpectPool(pool)
 		w := &poolWatch{pool: pool, name: published.ListName(pool), cs: cs, namespace: namespace, set: set, m: m, log: log.WithValues("pool", pool),
 			changed: make(chan struct{}, 1)}
-		selector := fields.OneTermEqualSelector("metadata.name", w.name).String()
 		cms := cs.CoreV1().ConfigMaps(namespace)
-		lw := &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = selector
-				return cms.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = selector
-				return cms.Watch(ctx, o)
-			},
-		}
 		signal := func(obj any) {
 			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
 				w.cm.Store(cm)
 				w.signal()
 			}
 		}
-		_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-			// The client says whether it streams lists (a fake does not).
-			ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, cs),
-			ObjectType:    &corev1.ConfigMap{},
-			Handler: cache.ResourceEventHandlerFuncs{
-				AddFunc:    signal,
-				UpdateFunc: func(_, obj any) { signal(obj) },
-				// The pool is gone (or its list): no members from it,
-				// whether or not its Secret went yet.
-				DeleteFunc: func(obj any) {
-					if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-						obj = d.Obj
-					}
-					if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
-						w.cm.Store(nil)
-						w.signal()
-					}
-				},
+		informer := informerByName(w.name, cs, &corev1.ConfigMap{}, cache.ResourceEventHandlerFuncs{
+			AddFunc:    signal,
+			UpdateFunc: func(_, obj any) { signal(obj) },
+			// The pool is gone (or its list): no members from it,
+			// whether or not its Secret went yet.
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == w.name {
+					w.cm.Store(nil)
+					w.signal()
+				}
 			},
-		})
+		}, cms.List, cms.Watch)
 		wg.Go(func() { informer.RunWithContext(ctx) })
 		wg.Go(func() { w.run(ctx) })
 	}
@@ -97,8 +79,8 @@ func Watch(ctx context.Context, cs kubernetes.Interface, namespace string, pools
 type poolWatch struct {
 	pool, name, namespace string
 	cs                    kubernetes.Interface
-	set                   *Set
-	m                     *Metrics
+	set                   *gateway.Set
+	m                     *gateway.Metrics
 	log                   logr.Logger
 	changed               chan struct{} // one pending signal at most
 	// cm is the ConfigMap as its last event had it; nil once deleted.
@@ -149,8 +131,7 @@ func (w *poolWatch) read(ctx context.Context) error {
 		s, err = w.cs.CoreV1().Secrets(w.namespace).Get(ctx, w.name, metav1.GetOptions{})
 	}
 	if apierrors.IsNotFound(err) {
-		w.m.forget(w.set, w.pool, w.set.Update(w.pool, nil))
-		w.m.setMembers(w.pool, 0)
+		w.set.SetPool(w.pool, nil, w.m)
 		w.log.Info("the published list is gone; no members from this pool", "secret", w.name)
 		return nil
 	}
@@ -161,13 +142,12 @@ func (w *poolWatch) read(ctx context.Context) error {
 		w.refuse("secret", why)
 		return nil
 	}
-	list, err := ParseList(s.Data[published.ListKeyJSON])
+	list, err := gateway.ParseList(s.Data[published.ListKeyJSON])
 	if err != nil {
 		w.log.Error(err, "the published list cannot be read; keeping the members known", "secret", w.name)
 		return nil
 	}
-	w.m.forget(w.set, w.pool, w.set.Update(w.pool, list))
-	w.m.setMembers(w.pool, len(list))
+	w.set.SetPool(w.pool, list, w.m)
 	w.log.V(1).Info("members updated", "members", len(list))
 	return nil
 }
@@ -198,23 +178,6 @@ func listRefusal(obj metav1.Object, pool string) string {
 
 // refuse empties the pool: its list's object (kind) is not the pool's.
 func (w *poolWatch) refuse(kind, why string) {
-	w.m.forget(w.set, w.pool, w.set.Update(w.pool, nil))
-	w.m.setMembers(w.pool, 0)
-	w.m.refusedList(w.pool, kind+"-"+why)
+	w.set.RefusePool(w.pool, kind+"-"+why, w.m)
 	w.log.Info("the published list's "+kind+" is not controlled by the pool; no members from this pool", "name", w.name, "reason", why)
-}
-
-// setMembers records the number of members of pool; m may be nil.
-func (m *Metrics) setMembers(pool string, n int) {
-	if m != nil {
-		m.members.WithLabelValues(pool).Set(float64(n))
-	}
-}
-
-// refusedList counts a published list's object that was not the pool's;
-// m may be nil.
-func (m *Metrics) refusedList(pool, reason string) {
-	if m != nil {
-		m.listsRefused.WithLabelValues(pool, reason).Inc()
-	}
 }

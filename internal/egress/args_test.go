@@ -1,4 +1,4 @@
-package kubernetes
+package egress_test
 
 import (
 	"flag"
@@ -11,14 +11,14 @@ import (
 	"github.com/egress-proxies/egress-proxies-operator/internal/egress"
 )
 
-func TestEgressArgs(t *testing.T) {
+func TestPolicyArgs(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		reason string
 		policy egress.Policy
 		want   []string
 	}{
-		{name: "default", reason: "the subcommand's defaults are the safe policy; pods of entries without one keep their arguments"},
+		{name: "default", reason: "the engine's defaults are the safe policy; members of entries without one keep their arguments"},
 		{
 			name:   "full",
 			reason: "each part of the entry's policy becomes its flag, ranges masked and ports as written",
@@ -31,31 +31,31 @@ func TestEgressArgs(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, egressArgs(tc.policy)); diff != "" {
+			if diff := cmp.Diff(tc.want, tc.policy.Args()); diff != "" {
 				t.Errorf("%s: args (-want +got):\n%s", tc.reason, diff)
 			}
 		})
 	}
 }
 
-// The shared table of decisions, rendered: the pod's arguments, read back
-// by the flags the proxy subcommand binds, decide every case as the
-// entry's policy does.
-func TestEgressCasesAreRendered(t *testing.T) {
+// The shared table of decisions, rendered: the engine's arguments (a pod's,
+// a guest unit's), read back by the flags the engine binds, decide every
+// case as the entry's policy does.
+func TestEgressCasesAreRenderedAsArgs(t *testing.T) {
 	for _, c := range egress.Cases() {
 		t.Run(c.Name, func(t *testing.T) {
 			fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
 			f := egress.BindFlags(fs)
-			if err := fs.Parse(egressArgs(c.Policy)); err != nil {
-				t.Fatalf("the proxy subcommand would not start: %v", err)
+			if err := fs.Parse(c.Policy.Args()); err != nil {
+				t.Fatalf("the engine would not start: %v", err)
 			}
 			p, err := f.Policy()
 			if err != nil {
-				t.Fatalf("the proxy subcommand would not start: %v", err)
+				t.Fatalf("the engine would not start: %v", err)
 			}
 			if diff := cmp.Diff(c.Denied, c.Decide(egress.NewDecider(p))); diff != "" {
-				t.Errorf("%s: the pod refuses as (-want +got):\n%s", c.Reason, diff)
+				t.Errorf("%s: the engine refuses as (-want +got):\n%s", c.Reason, diff)
 			}
 		})
 	}

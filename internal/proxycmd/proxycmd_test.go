@@ -1,4 +1,4 @@
-package setup
+package proxycmd
 
 import (
 	"bufio"
@@ -80,7 +80,7 @@ func TestRunProxyServes(t *testing.T) {
 	// The environment's credentials lose to the directory's.
 	env := proxyEnv(map[string]string{envProxyUsername: "envuser", envProxyPassword: "envpass"})
 	go func() {
-		done <- RunProxy(ctx, args, ProxyEnv{Getenv: env, Log: log, Ready: func(proxy, admin net.Addr) { ready <- addrs{proxy, admin} }})
+		done <- Run(ctx, args, Env{Getenv: env, Log: log, Ready: func(proxy, admin net.Addr) { ready <- addrs{proxy, admin} }})
 	}()
 	var a addrs
 	listening := time.NewTimer(proxyWait)
@@ -88,9 +88,9 @@ func TestRunProxyServes(t *testing.T) {
 	select {
 	case a = <-ready:
 	case err := <-done:
-		t.Fatalf("RunProxy returned %v before listening", err)
+		t.Fatalf("Run returned %v before listening", err)
 	case <-listening.C:
-		t.Fatal("RunProxy did not listen")
+		t.Fatal("Run did not listen")
 	}
 
 	for _, tc := range []struct {
@@ -149,7 +149,7 @@ func TestRunProxyServes(t *testing.T) {
 	}
 
 	// A CONNECT tunnel open at shutdown lives on during the --drain
-	// period (a minute here), and RunProxy returns once it ends.
+	// period (a minute here), and Run returns once it ends.
 	tunnel := proxyConnect(t, a.proxy.String(), strings.TrimPrefix(origin.URL, "http://"), "crawler", proxyPassword)
 	cancel()
 	proxyEventually(t, "new connections refused", func() bool {
@@ -166,8 +166,8 @@ func TestRunProxyServes(t *testing.T) {
 		t.Errorf("request through a tunnel during the drain = %q, %v", got, err)
 	}
 	_ = tunnel.Close()
-	if err := poll.Receive(t, proxyWait, "RunProxy returning after its context was cancelled and the tunnel closed", done); err != nil {
-		t.Errorf("RunProxy = %v after shutdown, want nil", err)
+	if err := poll.Receive(t, proxyWait, "Run returning after its context was cancelled and the tunnel closed", done); err != nil {
+		t.Errorf("Run = %v after shutdown, want nil", err)
 	}
 	out := logs.String()
 	for _, want := range []string{`"msg"="forward proxy listening"`, `"auth"="basic"`, `"msg"="request"`, `"msg"="forward proxy stopped"`} {
@@ -332,14 +332,14 @@ func TestRunProxyRefuses(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// A cancelled context: if RunProxy wrongly accepts the
+			// A cancelled context: if Run wrongly accepts the
 			// arguments, it stops at once and returns nil.
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0"}, tc.args...)
-			err := RunProxy(ctx, args, ProxyEnv{Getenv: proxyEnv(tc.env), Log: funcr.New(func(string, string) {}, funcr.Options{})})
+			err := Run(ctx, args, Env{Getenv: proxyEnv(tc.env), Log: funcr.New(func(string, string) {}, funcr.Options{})})
 			if err == nil {
-				t.Fatalf("%s: RunProxy accepted %q", tc.reason, tc.args)
+				t.Fatalf("%s: Run accepted %q", tc.reason, tc.args)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -407,13 +407,13 @@ func TestRunProxyEgress(t *testing.T) {
 			}
 			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0", "--drain", "1s"}, tc.args...)
 			go func() {
-				done <- RunProxy(ctx, args, ProxyEnv{Getenv: proxyEnv(env), Log: funcr.New(func(string, string) {}, funcr.Options{}),
+				done <- Run(ctx, args, Env{Getenv: proxyEnv(env), Log: funcr.New(func(string, string) {}, funcr.Options{}),
 					Ready: func(proxy, _ net.Addr) { ready <- proxy }})
 			}()
 			t.Cleanup(func() {
 				cancel()
 				if err := <-done; err != nil {
-					t.Errorf("RunProxy: %v", err)
+					t.Errorf("Run: %v", err)
 				}
 			})
 			var addr net.Addr
@@ -422,9 +422,9 @@ func TestRunProxyEgress(t *testing.T) {
 			select {
 			case addr = <-ready:
 			case err := <-done:
-				t.Fatalf("RunProxy returned %v before listening", err)
+				t.Fatalf("Run returned %v before listening", err)
 			case <-listening.C:
-				t.Fatal("RunProxy did not listen")
+				t.Fatal("Run did not listen")
 			}
 			req := "GET " + origin.URL + "/ HTTP/1.1\r\nHost: " + originHost + "\r\n"
 			if tc.connect {
@@ -490,9 +490,9 @@ func TestRunProxyAccessLog(t *testing.T) {
 				"--egress-allow-cidrs", "127.0.0.0/8", "--connect-ports", "1024-65535"}, tc.args...)
 			env := proxyEnv(map[string]string{envProxyUsername: "crawler", envProxyPassword: proxyPassword})
 			go func() {
-				done <- RunProxy(ctx, args, ProxyEnv{Getenv: env, Log: log, Ready: func(proxy, _ net.Addr) { ready <- proxy }})
+				done <- Run(ctx, args, Env{Getenv: env, Log: log, Ready: func(proxy, _ net.Addr) { ready <- proxy }})
 			}()
-			addr := poll.Receive(t, proxyWait, "RunProxy to listen", ready).String()
+			addr := poll.Receive(t, proxyWait, "Run to listen", ready).String()
 
 			for _, user := range []*url.Userinfo{
 				url.UserPassword("crawler", proxyPassword),
@@ -518,7 +518,7 @@ func TestRunProxyAccessLog(t *testing.T) {
 			}
 			_ = tunnel.Close()
 			cancel()
-			if err := poll.Receive(t, proxyWait, "RunProxy to return", done); err != nil {
+			if err := poll.Receive(t, proxyWait, "Run to return", done); err != nil {
 				t.Fatal(err)
 			}
 
@@ -573,6 +573,61 @@ func TestRunProxyAccessLog(t *testing.T) {
 				if strings.Contains(out, secret) {
 					t.Errorf("the logs contain %q:\n%s", secret, out)
 				}
+			}
+		})
+	}
+}
+
+// A guest's unit hands the credentials over with systemd's LoadCredential=,
+// which sets CREDENTIALS_DIRECTORY: without --credentials-dir, the engine
+// reads them there, and an explicit --credentials-dir still wins.
+func TestRunProxyCredentialsFromSystemd(t *testing.T) {
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "origin")
+	}))
+	t.Cleanup(origin.Close)
+	systemd := proxyCredentialsDir(t, []byte("guest\n"), []byte(proxyPassword+"\n"))
+	mounted := proxyCredentialsDir(t, []byte("mounted"), []byte("mounted-"+proxyPassword))
+	for _, tc := range []struct {
+		name, reason string
+		args         []string
+		user         *url.Userinfo
+		want         int
+	}{
+		{name: "systemd's directory", reason: "CREDENTIALS_DIRECTORY is the default of --credentials-dir",
+			user: url.UserPassword("guest", proxyPassword), want: http.StatusOK},
+		{name: "not open", reason: "with CREDENTIALS_DIRECTORY the engine asks for its credentials",
+			want: http.StatusProxyAuthRequired},
+		{name: "the flag wins", reason: "an explicit --credentials-dir is read instead of systemd's",
+			args: []string{"--credentials-dir", mounted}, user: url.UserPassword("guest", proxyPassword), want: http.StatusProxyAuthRequired},
+		{name: "the flag's credentials", reason: "an explicit --credentials-dir is read instead of systemd's",
+			args: []string{"--credentials-dir", mounted}, user: url.UserPassword("mounted", "mounted-"+proxyPassword), want: http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			ready := make(chan net.Addr, 1)
+			done := make(chan error, 1)
+			args := append([]string{"--listen", "127.0.0.1:0", "--admin-listen", "0", "--drain", "0s", "--egress-allow-cidrs", "127.0.0.0/8"}, tc.args...)
+			go func() {
+				done <- Run(ctx, args, Env{Command: "egress-proxy", Getenv: proxyEnv(map[string]string{"CREDENTIALS_DIRECTORY": systemd}),
+					Log: funcr.New(func(string, string) {}, funcr.Options{}), Ready: func(proxy, _ net.Addr) { ready <- proxy }})
+			}()
+			t.Cleanup(func() {
+				cancel()
+				if err := poll.Receive(t, proxyWait, "Run to return", done); err != nil {
+					t.Errorf("Run = %v", err)
+				}
+			})
+			addr := poll.Receive(t, proxyWait, "Run to listen", ready)
+			tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: addr.String(), User: tc.user}), DisableKeepAlives: true}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr, Timeout: proxyWait}).Get(origin.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			if diff := cmp.Diff(tc.want, resp.StatusCode); diff != "" {
+				t.Errorf("%s: status (-want +got):\n%s", tc.reason, diff)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package setup
+package proxycmd
 
 import (
 	"context"
@@ -29,6 +29,10 @@ const (
 	envProxyPassword = "PROXY_PASSWORD"
 )
 
+// envCredentialsDirectory is where systemd's LoadCredential= puts a
+// service's credentials (a guest's unit): the default of --credentials-dir.
+const envCredentialsDirectory = "CREDENTIALS_DIRECTORY"
+
 // envKubernetesServiceHost is set by the kubelet in every pod: the API
 // server's Service address, which a proxy pod always refuses as a
 // destination.
@@ -50,12 +54,17 @@ type proxyOptions struct {
 	accessLog      bool
 }
 
-// ProxyEnv is what a proxy pod's forward proxy takes from where it runs,
-// beside its flags.
-type ProxyEnv struct {
-	// Getenv reads the environment (os.Getenv in a pod): the credentials
-	// when --credentials-dir is not set, and the Kubernetes Service
-	// address that the proxy refuses as a destination.
+// Env is what the forward proxy takes from where it runs, beside its
+// flags.
+type Env struct {
+	// Command is the command line that runs it, for its usage text:
+	// "egress-proxies-operator proxy" in a pod (the default), "egress-proxy"
+	// in a VM guest.
+	Command string
+	// Getenv reads the environment (os.Getenv): the credentials when
+	// --credentials-dir is not set, systemd's CREDENTIALS_DIRECTORY in a
+	// guest, and the Kubernetes Service address that a pod's proxy refuses
+	// as a destination.
 	Getenv func(string) string
 	// Log is the proxy's logger.
 	Log logr.Logger
@@ -65,18 +74,24 @@ type ProxyEnv struct {
 	Ready func(proxy, admin net.Addr)
 }
 
-// RunProxy runs `egress-proxies-operator proxy`, the HTTP forward proxy of
-// the proxy pods, until ctx is done; then it drains and returns nil. args
-// are the arguments after "proxy". It is wired here, beside RunGateway, so
-// that the binary and the tests run the same wiring.
-func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
+// Run runs the product's HTTP forward proxy until ctx is done; then it
+// drains and returns nil. args are the arguments after the command
+// (env.Command). The operator's `proxy` subcommand (kubernetes members'
+// pods) and the guest binary cmd/egress-proxy (VM members) both call it,
+// so that one engine, with the same flags and defaults, serves every
+// member, and the tests run the wiring both run.
+func Run(ctx context.Context, args []string, env Env) error {
 	getenv, log, ready := env.Getenv, env.Log, env.Ready
+	command := env.Command
+	if command == "" {
+		command = "egress-proxies-operator proxy"
+	}
 	var o proxyOptions
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&o.listen, "listen", ":3128", "Address of the forward proxy.")
 	fs.StringVar(&o.adminListen, "admin-listen", ":9090", "Address of /healthz and /metrics; 0 disables it.")
-	fs.StringVar(&o.credentialsDir, "credentials-dir", "", "Directory with the files username and password (a mounted Secret); when empty, "+envProxyUsername+" and "+envProxyPassword+" are used.")
+	fs.StringVar(&o.credentialsDir, "credentials-dir", "", "Directory with the files username and password (a mounted Secret, or systemd's credentials); default $"+envCredentialsDirectory+" when set; when neither, "+envProxyUsername+" and "+envProxyPassword+" are used.")
 	fs.StringVar(&o.allowedRanges, "allowed-source-ranges", "", "Comma-separated CIDRs of the clients served (default: any client with the credentials).")
 	fs.BoolVar(&o.allowOpen, "allow-open", false, "Run without credentials and without --allowed-source-ranges, as an open proxy.")
 	fs.DurationVar(&o.dialTimeout, "dial-timeout", forwardproxy.DefaultDialTimeout, "Timeout of a dial to an upstream server.")
@@ -84,11 +99,14 @@ func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
 	o.egress = egress.BindFlags(fs)
 	fs.Lookup(egress.FlagDenyCIDRs).Usage += " The API server's Service address (" + envKubernetesServiceHost + ") always is."
 	fs.IntVar(&o.maxConcurrent, "max-concurrent", forwardproxy.DefaultMaxConcurrent, "Requests and tunnels served at once; more get 503.")
-	o.serve = serveFlags(fs)
+	o.serve = ServeFlags(fs)
 	fs.DurationVar(&o.responseHeader, "response-header-timeout", forwardproxy.DefaultResponseHeaderTimeout, "Time an upstream server has to answer with its headers; 504 past it.")
 	fs.BoolVar(&o.accessLog, "access-log", true, "Log one line per request and tunnel at the default level (time, client, user, destination, status, bytes, duration; never a credential); false: only at -v 1.")
-	if err := parseSubcommand(fs, args, "proxy [flags]"); err != nil {
+	if err := ParseSubcommand(fs, args, command+" [flags]"); err != nil {
 		return err
+	}
+	if o.credentialsDir == "" {
+		o.credentialsDir = getenv(envCredentialsDirectory)
 	}
 	cfg, err := o.config(getenv)
 	if err != nil {
@@ -146,7 +164,7 @@ func RunProxy(ctx context.Context, args []string, env ProxyEnv) error {
 	if adminLn != nil {
 		admin = AdminHandler(reg)
 	}
-	err = serveWithAdmin(ctx, "proxy", proxyLn, p, *o.serve, adminLn, admin)
+	err = ServeWithAdmin(ctx, "proxy", proxyLn, p, *o.serve, adminLn, admin)
 	p.CloseIdleConnections()
 	log.Info("forward proxy stopped")
 	return err
@@ -166,7 +184,7 @@ func (o proxyOptions) config(getenv func(string) string) (forwardproxy.Config, e
 		return cfg, errors.New("--max-concurrent must be at least 1")
 	}
 	if o.serve != nil {
-		if err := checkServeFlags(o.serve); err != nil {
+		if err := CheckServeFlags(o.serve); err != nil {
 			return cfg, err
 		}
 	}
