@@ -108,7 +108,7 @@ LIBVIRT_PKG   := ./internal/provider/libvirt/
 CLUSTER_PKG   := ./internal/e2e/cluster/
 # The packages of test-packages that take longest, started first so that
 # none of them starts last (measured: docs/testing.md).
-SLOW_FIRST    := ./internal/e2e/libvirt/ ./internal/testing/libvirtlab/ ./internal/controller/ \
+SLOW_FIRST    := ./internal/e2e/libvirt/ ./internal/testing/libvirtlab/ ./internal/controller/ ./internal/controller/proxypool/ \
 	./internal/e2e/chaos/ ./internal/provider/proxmox/ ./hack/bench/ ./hack/demo/ ./internal/e2e/
 TEST_SHARDS   := test-packages test-libvirt-contract-kvm2 test-libvirt-contract-kvm test-libvirt-rest \
 	test-cluster-tier test-static
