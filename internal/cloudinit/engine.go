@@ -94,7 +94,7 @@ func engineInstall(e Engine) string {
 	fmt.Fprintf(&b, "dev=/dev/disk/by-label/%s\n", e.PayloadLabel)
 	b.WriteString("udevadm settle || true\n")
 	b.WriteString("if [ ! -e \"$dev\" ]; then echo \"egress-proxy: the payload image ($dev) is not attached and $bin is not the verified engine\" >&2; exit 1; fi\n")
-	b.WriteString("mnt=$(mktemp -d)\nmount -o ro \"$dev\" \"$mnt\"\ntrap 'umount \"$mnt\"; rmdir \"$mnt\"' EXIT\n")
+	b.WriteString("mnt=$(mktemp -d)\ntrap 'rmdir \"$mnt\"' EXIT\nmount -o ro \"$dev\" \"$mnt\"\ntrap 'umount \"$mnt\"; rmdir \"$mnt\"' EXIT\n")
 	b.WriteString("install -m 0755 -o root -g root \"$mnt/egress-proxy-linux-$arch\" \"$bin.new\"\n")
 	b.WriteString("if ! echo \"$want  $bin.new\" | sha256sum --check --strict --quiet -; then rm -f \"$bin.new\"; echo \"egress-proxy: the payload's binary does not have the digest of the user-data\" >&2; exit 1; fi\n")
 	b.WriteString("mv \"$bin.new\" \"$bin\"\n")
@@ -128,7 +128,7 @@ func engineUnit(p Proxy) string {
 	}
 	b.WriteString("Restart=always\nRestartSec=2s\nLimitNOFILE=65536\n")
 	b.WriteString("NoNewPrivileges=yes\nProtectSystem=strict\nProtectHome=yes\nPrivateTmp=yes\nPrivateDevices=yes\n")
-	b.WriteString("ProtectKernelTunables=yes\nProtectKernelModules=yes\nProtectControlGroups=yes\nRestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX\n")
+	b.WriteString("ProtectKernelTunables=yes\nProtectKernelModules=yes\nProtectControlGroups=yes\nRestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX AF_NETLINK\n")
 	if p.Port < 1024 {
 		b.WriteString("AmbientCapabilities=CAP_NET_BIND_SERVICE\nCapabilityBoundingSet=CAP_NET_BIND_SERVICE\n")
 	} else {
