@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -79,13 +80,7 @@ func engineInstall(e Engine) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n# Written by egress-proxies-operator: installs the guest engine from its payload image, checked against the digests of the user-data.\nset -eu\n")
 	b.WriteString("case \"$(uname -m)\" in\n")
-	for _, arch := range slices.Sorted(func(yield func(string) bool) {
-		for a := range e.Digests {
-			if !yield(a) {
-				return
-			}
-		}
-	}) {
+	for _, arch := range slices.Sorted(maps.Keys(e.Digests)) {
 		fmt.Fprintf(&b, "%s) arch=%s want=%s ;;\n", guestArches[arch], arch, e.Digests[arch])
 	}
 	b.WriteString("*) echo \"egress-proxy: no engine binary for $(uname -m)\" >&2; exit 1 ;;\nesac\n")
@@ -190,7 +185,7 @@ func engineGuard(cc *cloudConfig) {
 	dropIn.WriteString("ExecStartPre=+/bin/sh -c 'if [ -x /usr/sbin/nft ]; then /usr/sbin/nft -f " + NftablesPath + "; fi'\n")
 	cc.WriteFiles = append(cc.WriteFiles,
 		writeFile{Path: engineGuardDropIn, Owner: "root:root", Permissions: "0644", Content: dropIn.String()},
-		writeFile{Path: engineGuardUnitPath, Owner: "root:root", Permissions: "0644", Content: strings.ReplaceAll(guardUnit, "tinyproxy.service", engineUnitName)},
+		writeFile{Path: engineGuardUnitPath, Owner: "root:root", Permissions: "0644", Content: guardUnitFor(engineUnitName)},
 	)
 	cc.RunCmd = append(cc.RunCmd,
 		[]string{"systemctl", "enable", engineGuardUnitName},

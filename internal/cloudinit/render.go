@@ -2,8 +2,6 @@ package cloudinit
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -154,21 +152,24 @@ const (
 	guardDropInPath = "/etc/systemd/system/tinyproxy.service.d/egress-proxy-guard.conf"
 )
 
-// guardUnit restarts tinyproxy once cloud-init's final stage, where the
-// user's part runs, is over: the start is tinyproxy's, and so is the check
-// of guardDropIn. It is started without waiting by runcmd (which runs
-// inside that stage) and at every boot.
-const guardUnit = `[Unit]
+// guardUnitFor restarts the service (tinyproxy's or the engine's) once
+// cloud-init's final stage, where the user's part runs, is over: the start
+// is the service's, and so is the check of its guard drop-in. It is
+// started without waiting by runcmd (which runs inside that stage) and at
+// every boot.
+func guardUnitFor(service string) string {
+	return `[Unit]
 Description=Egress proxy: the operator's configuration and egress rules, after the user's cloud-init part
 After=cloud-final.service ` + nftablesUnitName + `
 
 [Service]
 Type=oneshot
-ExecStart=/bin/systemctl restart tinyproxy.service
+ExecStart=/bin/systemctl restart ` + service + `
 
 [Install]
 WantedBy=multi-user.target
 `
+}
 
 // guard adds to cc what keeps the operator's configuration in force on a
 // guest whose user-data has a part of the Proxy author's, which runs as
@@ -178,7 +179,7 @@ WantedBy=multi-user.target
 // against the digests of what the operator rendered, baked into a drop-in,
 // and the rules are loaded again (a flushed ruleset comes back). A file
 // that differs keeps tinyproxy from starting, and the proxy never becomes
-// Ready rather than serving without its policy. guardUnit restarts
+// Ready rather than serving without its policy. guardUnitFor restarts
 // tinyproxy after the user's part. A root script can still undo all of
 // this (docs/security.md: allowing extra user-data gives its author root).
 func guard(cc *cloudConfig, p Proxy, connectPorts []int) {
@@ -189,14 +190,13 @@ func guard(cc *cloudConfig, p Proxy, connectPorts []int) {
 	// runs tinyproxy as.
 	fmt.Fprintf(&dropIn, "ExecStartPre=+/usr/bin/install -m 0640 -o root -g tinyproxy %s %s\n", guardConfPath, ConfigPath)
 	for _, f := range []struct{ path, content string }{{ConfigPath, conf}, {NftablesPath, NftablesRules(p.Egress)}} {
-		sum := sha256.Sum256([]byte(f.content))
-		fmt.Fprintf(&dropIn, "ExecStartPre=+/bin/sh -c 'echo \"%s  %s\" | sha256sum --check --strict --quiet -'\n", hex.EncodeToString(sum[:]), f.path)
+		fmt.Fprintf(&dropIn, "ExecStartPre=+/bin/sh -c 'echo \"%s  %s\" | sha256sum --check --strict --quiet -'\n", sha256Hex(f.content), f.path)
 	}
 	fmt.Fprintf(&dropIn, "ExecStartPre=+/usr/sbin/nft -f %s\n", NftablesPath)
 	cc.WriteFiles = append(cc.WriteFiles,
 		writeFile{Path: guardConfPath, Owner: "root:tinyproxy", Permissions: "0640", Defer: true, Content: conf},
 		writeFile{Path: guardDropInPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: dropIn.String()},
-		writeFile{Path: guardUnitPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: guardUnit},
+		writeFile{Path: guardUnitPath, Owner: "root:root", Permissions: "0644", Defer: true, Content: guardUnitFor("tinyproxy.service")},
 	)
 	// The daemon-reload that opens runcmd has read the units. --no-block:
 	// the unit waits for the stage this runs in to end.
